@@ -1,0 +1,1 @@
+"""Backbones: a frozen image tower plus a trainable Q-Former-style composer."""

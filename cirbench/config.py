@@ -1,0 +1,85 @@
+"""Typed hyperparameter overrides: ``--set conesep.omega=0.4`` -> ``Config(omega=0.4)``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A ``--set`` entry that names no field or whose value does not fit the field's type."""
+
+
+def parse_overrides(entries: list[str]) -> dict[str, dict[str, str]]:
+    """``["sprc.lr=1e-3", "conesep.ot=false"]`` -> ``{"sprc": {"lr": "1e-3"}, "conesep": {"ot": "false"}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        name, eq, value = entry.partition("=")
+        scope, dot, key = name.strip().partition(".")
+        if not eq or not dot or not scope or not key:
+            raise ConfigError(f"--set {entry!r}: expected <method>.<key>=<value>, e.g. conesep.omega=0.4")
+        out.setdefault(scope, {})[key.strip()] = value.strip()
+    return out
+
+
+def _convert(text: str, kind: Any, where: str) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(kind) if a is not type(None)]
+        if text.lower() in ("none", "null") and len(options) < len(typing.get_args(kind)):
+            return None
+        errors = []
+        for option in options:
+            try:
+                return _convert(text, option, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError("; ".join(errors))
+    if kind is bool:
+        lowered = text.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: {text!r} is not a boolean (use true/false)")
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigError(f"{where}: {text!r} is not a valid {kind.__name__}") from None
+    if kind is str:
+        return text
+    if origin is typing.Literal:
+        allowed = typing.get_args(kind)
+        if text not in allowed:
+            raise ConfigError(f"{where}: {text!r} is not one of {', '.join(map(str, allowed))}")
+        return text
+    if origin in (tuple, list):
+        try:
+            return origin(json.loads(text))
+        except (json.JSONDecodeError, TypeError):
+            raise ConfigError(f"{where}: {text!r} is not a JSON list") from None
+    raise ConfigError(f"{where}: cannot set a field of type {kind!r} from the command line")
+
+
+def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
+    """An instance of the dataclass ``cls`` with ``overrides`` applied, each value converted
+    to its field's declared type. Unknown keys raise with the list of valid ones."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {}
+    for key, text in overrides.items():
+        if key not in fields:
+            raise ConfigError(f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}")
+        values[key] = _convert(text, hints[key], f"--set {scope}.{key}")
+    return cls(**values)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-friendly dict of a config dataclass."""
+    return dataclasses.asdict(config)

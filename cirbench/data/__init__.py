@@ -1,0 +1,1 @@
+"""Datasets (the embedded ``shapes`` benchmark, FashionIQ, CIRR) and the noise layer."""

@@ -1,0 +1,40 @@
+"""The dataset registry: name -> loader. A loader takes the data root (where generated data
+and caches live, ``datasets/`` by default) and the user's ``--data-root`` for datasets whose
+files the user provides, and returns a :class:`~cirbench.data.base.CIRDataset`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from cirbench.data.base import CIRDataset
+from cirbench.registry import Registry
+
+
+class DatasetLoader(Protocol):
+    """Loads one dataset. ``cache_dir`` is harness-owned; ``data_root`` is the user's files."""
+
+    description: str
+
+    def __call__(self, cache_dir: Path, data_root: Path | None) -> CIRDataset: ...
+
+
+class ShapesLoader:
+    """The embedded synthetic benchmark (generated on first use, cached)."""
+
+    def __init__(self, description: str, **params: int) -> None:
+        self.description = description
+        self.params = params
+
+    def __call__(self, cache_dir: Path, data_root: Path | None) -> CIRDataset:
+        from cirbench.data.shapes import ShapesParams, load_shapes
+
+        return load_shapes(Path(cache_dir) / "shapes", ShapesParams(**self.params))
+
+
+DATASETS: Registry[DatasetLoader] = Registry("dataset")
+DATASETS.add("shapes", ShapesLoader("embedded synthetic benchmark of coloured-shape scenes (generated, no download)"))
+DATASETS.add(
+    "shapes-mini",
+    ShapesLoader("a 10x smaller shapes benchmark, for tests and quick checks", n_train_scenes=300, n_val_scenes=100),
+)

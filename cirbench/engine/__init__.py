@@ -1,0 +1,1 @@
+"""The harness's loop: feature caching, training, evaluation, purity, and the grid."""

@@ -1,0 +1,91 @@
+"""Validation: encode the queries and each gallery once, score them with the method's
+similarity in chunks of queries, and turn target ranks into recall rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from cirbench.backbones.base import TextBatch
+from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.engine.retrieval import recall_at, subset_scores, target_ranks
+from cirbench.method import Method
+
+
+def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
+    return torch.cat([fn(slice(s, min(s + chunk, n))) for s in range(0, n, chunk)])
+
+
+@torch.no_grad()
+def evaluate(
+    method: Method,
+    dataset: CIRDataset,
+    split: TripletSplit,
+    tokens: np.ndarray,
+    texts: TextBatch,
+    device: torch.device,
+    chunk: int = 512,
+) -> dict[str, dict[str, float]]:
+    """``{group: {metric: value}}`` for ``split`` ranked against ``dataset.gallery``.
+
+    ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
+    split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images
+    score strictly higher than its target; the reference is excluded from the ranking when
+    the dataset's protocol says so. Subset recall (CIRR) ranks within each query's subset.
+    """
+    was_training = method.training
+    method.eval()
+    protocol = dataset.protocol
+    groups = np.asarray(split.groups, dtype=object)
+    results: dict[str, dict[str, float]] = {}
+
+    def image_batch(index: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(tokens[index], dtype=np.float32)).to(device)
+
+    for group, gallery in dataset.gallery.items():
+        rows = np.flatnonzero(groups == group)
+        if len(rows) == 0:
+            continue
+        gallery = np.asarray(gallery)
+        targets = _encode_in_chunks(lambda s: method.encode_targets(image_batch(gallery[s])), len(gallery), chunk)
+        column = {int(image): col for col, image in enumerate(gallery)}
+        ranks, subset_ranks = [], []
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            queries = method.encode_queries(image_batch(split.reference[part]), texts.select(torch.from_numpy(part)).to(device))
+            scores = method.similarity(queries, targets).float().cpu()
+            target_col = torch.tensor([column.get(int(t), -1) for t in split.target[part]])
+            exclude = torch.tensor([column.get(int(r), -1) for r in split.reference[part]]) if protocol.exclude_reference else None
+            ranks.append(target_ranks(scores, target_col, exclude))
+            if split.subset is not None and protocol.subset_recall_at:
+                members = [split.subset[i] for i in part]
+                width = max(len(m) for m in members)
+                cols = torch.full((len(part), width), -1, dtype=torch.long)
+                for i, m in enumerate(members):
+                    kept = [column.get(int(x), -1) for x in m if int(x) != int(split.reference[part[i]])]
+                    cols[i, : len(kept)] = torch.tensor(kept, dtype=torch.long)
+                sub = subset_scores(scores, cols)
+                position = (cols == target_col[:, None]).float().argmax(dim=1)
+                found = (cols == target_col[:, None]).any(dim=1)
+                subset_ranks.append(target_ranks(sub, torch.where(found, position, torch.full_like(position, -1))))
+        all_ranks = torch.cat(ranks)
+        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at).items()}
+        if subset_ranks:
+            sub_ranks = torch.cat(subset_ranks)
+            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at).items()})
+        results[str(group)] = metrics
+    if dataset.summarize is not None:
+        results.update(dataset.summarize(results))
+    method.train(was_training)
+    return results
+
+
+def metrics_frame(results: dict[str, dict[str, float]], epoch: int, split: str, protocol: str) -> pd.DataFrame:
+    """Long-format metrics rows: ``epoch, split, group, metric, value, eval_protocol``."""
+    rows = [
+        {"epoch": epoch, "split": split, "group": group, "metric": metric, "value": value, "eval_protocol": protocol}
+        for group, metrics in results.items()
+        for metric, value in metrics.items()
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,171 @@
+"""Training one cell: AdamW with a one-cycle schedule, seeded and deterministic on the CPU,
+validation after every epoch, and the per-sample noise bookkeeping for purity."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+
+from cirbench.backbones.base import Backbone, TextBatch
+from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.data.noise import NoiseManifest
+from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.purity import purity_rows
+from cirbench.method import Batch, Method, MethodConfig, Partition, TrainingContext
+
+ProgressFn = Callable[[dict], None]
+
+
+@dataclass
+class TrainResult:
+    """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``) and timings."""
+
+    tables: dict[str, pd.DataFrame]
+    final: dict[str, dict[str, float]]
+    steps: int
+    model_seconds: float
+    wall_seconds: float
+    method: Method = field(repr=False)
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
+    """Index batches covering all ``n`` samples, at most ``batch_size`` each, near-equal in
+    size (so no batch of one ends an epoch); the order depends only on (seed, epoch)."""
+    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+    return np.array_split(order, max(1, -(-n // batch_size)))
+
+
+class BatchMaker:
+    """Builds :class:`Batch` objects from cached tokens and pre-tokenised texts."""
+
+    def __init__(self, split: TripletSplit, tokens: np.ndarray, texts: TextBatch, device: torch.device) -> None:
+        self.split, self.tokens, self.texts, self.device = split, tokens, texts, device
+
+    def __call__(self, index: np.ndarray) -> Batch:
+        def images(which: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(self.tokens[which], dtype=np.float32)).to(self.device)
+
+        idx = torch.from_numpy(index)
+        return Batch(
+            index=idx.to(self.device),
+            reference=images(self.split.reference[index]),
+            target=images(self.split.target[index]),
+            text=self.texts.select(idx).to(self.device),
+            texts=[self.split.texts[i] for i in index],
+        )
+
+
+def build_optimizer(method: Method, config: MethodConfig, backbone: Backbone, total_steps: int):
+    """AdamW over the trainable parameters with a one-cycle (cosine) learning-rate schedule."""
+    params = [p for p in method.parameters() if p.requires_grad]
+    lr = config.lr if config.lr is not None else backbone.default_lr
+    optimizer = torch.optim.AdamW(
+        params, lr=lr, betas=(config.beta1, config.beta2), eps=config.eps, weight_decay=config.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, total_steps=max(total_steps, 2), pct_start=config.warmup,
+        anneal_strategy="cos", cycle_momentum=False, div_factor=25.0, final_div_factor=100.0,
+    )
+    return optimizer, scheduler
+
+
+def train_cell(
+    method_cls: type[Method],
+    config: MethodConfig,
+    backbone: Backbone,
+    dataset: CIRDataset,
+    noisy_train: TripletSplit,
+    manifest: NoiseManifest,
+    tokens: np.ndarray,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    device: torch.device = torch.device("cpu"),
+    progress: ProgressFn = lambda info: None,
+) -> TrainResult:
+    """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
+
+    The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
+    manifest's flags are used here for purity and handed to the method only if it is an
+    oracle.
+    """
+    started = time.perf_counter()
+    torch.manual_seed(seed)
+    n = len(noisy_train)
+    train_texts = backbone.tokenize(noisy_train.texts)
+    val_texts = backbone.tokenize(dataset.val.texts)
+    make_batch = BatchMaker(noisy_train, tokens, train_texts, device)
+    steps_per_epoch = len(epoch_batches(n, batch_size, seed, 0))
+
+    def iterate(shuffle: bool = True) -> Iterator[Batch]:
+        for index in epoch_batches(n, batch_size, seed + 7919, 0, shuffle):
+            yield make_batch(index)
+
+    context = TrainingContext(
+        num_train=n, epochs=epochs, batch_size=batch_size, steps_per_epoch=steps_per_epoch, seed=seed,
+        device=device, iterate=iterate, noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+    )
+    method = method_cls(backbone, config, context).to(device)
+    optimizer, scheduler = build_optimizer(method, config, backbone, epochs * steps_per_epoch)
+    is_noisy, noise_type = manifest.is_noisy, manifest.noise_type
+
+    losses, metrics, purity, scores = [], [], [], []
+    final: dict[str, dict[str, float]] = {}
+    model_seconds, step = 0.0, 0
+    for epoch in range(epochs):
+        method.train()
+        partition: Partition | None = method.on_epoch_start(epoch)
+        score = np.full(n, np.nan) if partition is None else np.asarray(partition.noise_score, dtype=float).copy()
+        selected = None if partition is None else np.asarray(partition.selected_clean, dtype=bool).copy()
+        seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
+        for index in epoch_batches(n, batch_size, seed, epoch):
+            batch = make_batch(index)
+            tick = time.perf_counter()
+            out = method.training_step(batch, epoch, step)
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(method.parameters(), config.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            model_seconds += time.perf_counter() - tick
+            if not torch.isfinite(out.loss):
+                raise FloatingPointError(f"{method_cls.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
+            if out.noise_score is not None:
+                score[index] = out.noise_score.detach().float().cpu().numpy()
+            if out.selected_clean is not None:
+                if selected is None:
+                    selected = np.ones(n, dtype=bool)
+                selected[index] = out.selected_clean.detach().cpu().numpy().astype(bool)
+                seen_selected[index] = True
+            losses.append({"epoch": epoch, "step": step, "name": "total", "value": float(out.loss.detach())})
+            losses.extend({"epoch": epoch, "step": step, "name": k, "value": float(v)} for k, v in out.components.items())
+            progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "loss": float(out.loss.detach())})
+            step += 1
+
+        results = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
+        final = results
+        metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
+        has_partition = selected is not None and seen_selected.all()
+        has_scores = bool(np.isfinite(score).all())
+        if has_partition or has_scores:
+            rows = purity_rows(selected if has_partition else None, score if has_scores else None, is_noisy, noise_type)
+            rows.insert(0, "epoch", epoch)
+            purity.append(rows)
+            scores.append(pd.DataFrame({
+                "sample_id": noisy_train.sample_ids, "epoch": epoch, "score": score,
+                "selected_clean": selected if has_partition else pd.array([pd.NA] * n, dtype="boolean"),
+                "is_noisy": is_noisy, "noise_type": noise_type,
+            }))
+        progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "recall": results})
+
+    def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores)}
+    return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method)

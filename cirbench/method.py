@@ -1,0 +1,138 @@
+"""The method plugin contract: the harness owns the loop, a method owns its math.
+
+A method is a :class:`Method` subclass with a ``name``, a ``version`` (bump it whenever its
+behaviour changes, so results stay comparable) and a ``Config`` dataclass of typed default
+hyperparameters (overridable with ``--set <name>.<field>=<value>``). The harness builds it
+once per cell with a fresh backbone, hands it :class:`Batch` objects, and calls:
+
+- :meth:`Method.on_epoch_start` before each epoch (TME's GMM pass over the training set
+  goes here; it may return an epoch-level :class:`Partition`);
+- :meth:`Method.training_step` per batch: the loss, named loss components, and optionally
+  per-sample noise scores (higher = more likely noisy) and clean/noisy decisions;
+- :meth:`Method.encode_queries`, :meth:`Method.encode_targets` and
+  :meth:`Method.similarity` for retrieval, so the evaluator stays method-agnostic.
+
+Methods never see the ground-truth noise flags: a :class:`Batch` carries ids, cached image
+tokens and (possibly corrupted) texts. Only a method that sets ``oracle = True`` is given
+the flags, in :attr:`TrainingContext.noise_flags`, and its results are marked as oracle.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+
+
+@dataclass
+class MethodConfig:
+    """Optimiser settings every method has; a method's own ``Config`` subclasses this.
+
+    ``lr`` None means the backbone's default (1e-3 for ``tiny``, the papers' 1e-5 to 2e-5
+    for BLIP-2). The schedule is a one-cycle cosine with ``warmup`` as its rising share.
+    """
+
+    lr: float | None = None
+    weight_decay: float = 0.05
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-7
+    warmup: float = 0.1
+    grad_clip: float = 0.0
+
+
+@dataclass
+class Batch:
+    """One training batch. ``index`` holds positions in the training split (stable ids for
+    per-sample state); ``reference``/``target`` are frozen-tower tokens (B, P, D_v)."""
+
+    index: torch.Tensor
+    reference: torch.Tensor
+    target: torch.Tensor
+    text: TextBatch
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+@dataclass
+class StepOutput:
+    """What a training step returns. ``components`` are logged by name; ``noise_score``
+    (B,) and ``selected_clean`` (B,) are the method's per-sample view of the batch."""
+
+    loss: torch.Tensor
+    components: dict[str, float] = field(default_factory=dict)
+    noise_score: torch.Tensor | None = None
+    selected_clean: torch.Tensor | None = None
+
+
+@dataclass
+class Partition:
+    """An epoch-level partition of the whole training split, in split order."""
+
+    noise_score: np.ndarray
+    selected_clean: np.ndarray
+
+
+@dataclass
+class TrainingContext:
+    """What a method may know about the run it is part of."""
+
+    num_train: int
+    epochs: int
+    batch_size: int
+    steps_per_epoch: int
+    seed: int
+    device: torch.device
+    iterate: Callable[[bool], Iterator[Batch]]
+    """A full pass over the training split in batches (argument: shuffle), for epoch-level
+    passes such as TME's per-sample loss; call it under ``torch.no_grad()``."""
+    noise_flags: np.ndarray | None = None
+    """The true per-sample noise flags: given to oracle methods only."""
+
+
+class Method(nn.Module):
+    """Base class of every method plugin (see the module docstring for the contract)."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    paper: ClassVar[str] = ""
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    partitions: ClassVar[bool] = False
+    """True if the method decides clean/noisy per sample (purity applies)."""
+    scores_noise: ClassVar[bool] = False
+    """True if the method gives per-sample noise scores without partitioning (HUG)."""
+    oracle: ClassVar[bool] = False
+
+    def __init__(self, backbone: Backbone, config: MethodConfig, context: TrainingContext) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.config = config
+        self.context = context
+
+    def on_epoch_start(self, epoch: int) -> Partition | None:
+        """Called before each epoch; may return an epoch-level partition."""
+        return None
+
+    @abstractmethod
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        """The loss of one batch (and optionally the method's per-sample noise view)."""
+
+    def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
+        """Composed query features for retrieval (default: the backbone's composed feature)."""
+        return self.backbone.composed_feature(reference, text)
+
+    def encode_targets(self, images: torch.Tensor) -> torch.Tensor:
+        """Gallery features for retrieval (default: per-token target features)."""
+        return self.backbone.target_features(images)
+
+    def similarity(self, queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Query-by-gallery scores, higher is better (default: max over target tokens)."""
+        return max_token_similarity(queries, targets)

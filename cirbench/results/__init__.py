@@ -1,0 +1,1 @@
+"""The parquet results store: one part file per run and table."""

@@ -1,0 +1,70 @@
+"""SPRC-style ordinary baseline (Bai et al., ICLR 2024): no defence against noisy triplets.
+
+Losses, as in the public SPRC code: ``itc`` (cross-entropy of the composed query against
+the max-over-tokens target features), ``rtc`` (the same for a query built from learnable
+prompt tokens and the text, without the image) and ``align`` (MSE between the mean fused
+query tokens and the mean detached prompt tokens), with a learnable temperature from 0.07.
+
+Difference from the release: the composed feature is the classification-token output of
+one composer pass (queries + text + reference); SPRC runs a second text-only pass with the
+fused query outputs as its prompt. The single pass is what TME and ConeSep use, and it
+keeps every method on the same encoder, so the comparison isolates the training objective.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cirbench.backbones.base import max_token_similarity
+from cirbench.losses import info_nce
+from cirbench.method import Batch, Method, MethodConfig, StepOutput
+
+
+@dataclass
+class SPRCConfig(MethodConfig):
+    """SPRC's hyperparameters (FashionIQ weights: all three losses at 1)."""
+
+    temperature: float = 0.07
+    rtc_weight: float = 1.0
+    align_weight: float = 1.0
+
+
+class SPRC(Method):
+    """The ordinary baseline; see the module docstring."""
+
+    name = "sprc"
+    version = "1"
+    paper = "Bai et al., Sentence-level Prompts Benefit Composed Image Retrieval, ICLR 2024"
+    Config = SPRCConfig
+
+    def __init__(self, backbone, config: SPRCConfig, context) -> None:
+        super().__init__(backbone, config, context)
+        self.prompt_tokens = nn.Parameter(backbone.query_tokens.detach().clone())
+        self.log_temperature = nn.Parameter(torch.tensor(math.log(config.temperature)))
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        """The learnable temperature, clamped at 0.01 from below."""
+        return self.log_temperature.exp().clamp_min(0.01)
+
+    def sprc_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The three SPRC loss terms of a batch."""
+        fused = self.backbone.compose(batch.reference, batch.text)
+        composed = F.normalize(self.backbone.text_proj(fused.text[:, 0]), dim=-1)
+        targets = self.backbone.target_features(batch.target)
+        prompt_query = self.backbone.composed_feature(None, batch.text, queries=self.prompt_tokens)
+        return {
+            "itc": info_nce(max_token_similarity(composed, targets), self.temperature),
+            "rtc": info_nce(max_token_similarity(prompt_query, targets), self.temperature),
+            "align": F.mse_loss(fused.query.mean(1), self.prompt_tokens.detach().mean(1).expand(len(batch), -1)),
+        }
+
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        parts = self.sprc_losses(batch)
+        loss = parts["itc"] + self.config.rtc_weight * parts["rtc"] + self.config.align_weight * parts["align"]
+        return StepOutput(loss, {k: float(v.detach()) for k, v in parts.items()})
