@@ -76,11 +76,19 @@ class GridError(ValueError):
     """A grid that cannot run: an unknown name, a bad rate or override. Raised before work."""
 
 
-def run_id_for(spec: GridSpec, method_cls: type[Method], config: MethodConfig, rate: float, seed: int) -> str:
+def base_method(label: str) -> str:
+    """The registered method behind a grid label: ``conesep:no_ot`` -> ``conesep``.
+
+    A label with a ``:variant`` suffix is a separate row of the grid with its own ``--set``
+    scope (``--set conesep:no_ot.ot=false``), which is how an ablation grid is run."""
+    return label.split(":", 1)[0]
+
+
+def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: MethodConfig, rate: float, seed: int) -> str:
     """A deterministic id from everything that changes a cell's numbers."""
     identity = json.dumps(
         {
-            "method": method_cls.name, "version": method_cls.version, "config": config_to_dict(config),
+            "method": label, "version": method_cls.version, "config": config_to_dict(config),
             "dataset": spec.dataset, "data_root": str(spec.data_root or ""), "backbone": spec.backbone,
             "weights": spec.weights or "", "protocol": spec.noise_protocol, "rate": rate, "seed": seed,
             "epochs": spec.epochs, "batch_size": spec.batch_size,
@@ -88,7 +96,7 @@ def run_id_for(spec: GridSpec, method_cls: type[Method], config: MethodConfig, r
         sort_keys=True,
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    return f"{method_cls.name}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
+    return f"{label.replace(':', '_')}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
 
 
 class Grid:
@@ -106,7 +114,7 @@ class Grid:
         spec = self.spec
         try:
             for name in spec.methods:
-                self.discovery.methods.entry(name)
+                self.discovery.methods.entry(base_method(name))
             DATASETS.entry(spec.dataset)
             BACKBONES.entry(spec.backbone)
             NOISE_PROTOCOLS.entry(spec.noise_protocol)
@@ -126,8 +134,10 @@ class Grid:
                 f"(selected: {', '.join(spec.methods)})"
             )
         cells = []
+        if len(set(spec.methods)) != len(spec.methods):
+            raise GridError(f"a method is listed twice in {', '.join(spec.methods)}; label variants as name:label")
         for name in spec.methods:
-            entry = self.discovery.methods.entry(name)
+            entry = self.discovery.methods.entry(base_method(name))
             try:
                 config = build_config(entry.obj.Config, spec.overrides.get(name, {}), name)
             except ValueError as exc:
@@ -135,7 +145,7 @@ class Grid:
             for rate in spec.noise_rates:
                 for seed in spec.seeds:
                     key = CellKey(
-                        run_id_for(spec, entry.obj, config, rate, seed), name, spec.dataset, spec.backbone,
+                        run_id_for(spec, name, entry.obj, config, rate, seed), name, spec.dataset, spec.backbone,
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))

@@ -3,6 +3,7 @@ validation after every epoch, and the per-sample noise bookkeeping for purity.""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -60,17 +61,28 @@ class BatchMaker:
         )
 
 
+def warmup_cosine(total_steps: int, warmup: float) -> Callable[[int], float]:
+    """Learning-rate factor: linear warm-up over the first ``warmup`` share of the steps,
+    then cosine decay to 1% (the shape of TME/SPRC's one-cycle schedule)."""
+    rise = max(1, int(round(warmup * total_steps)))
+
+    def factor(step: int) -> float:
+        if step < rise:
+            return (step + 1) / rise
+        progress = min(1.0, (step - rise) / max(1, total_steps - rise))
+        return 0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
 def build_optimizer(method: Method, config: MethodConfig, backbone: Backbone, total_steps: int):
-    """AdamW over the trainable parameters with a one-cycle (cosine) learning-rate schedule."""
+    """AdamW over the trainable parameters with a warm-up + cosine learning-rate schedule."""
     params = [p for p in method.parameters() if p.requires_grad]
     lr = config.lr if config.lr is not None else backbone.default_lr
     optimizer = torch.optim.AdamW(
         params, lr=lr, betas=(config.beta1, config.beta2), eps=config.eps, weight_decay=config.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=lr, total_steps=max(total_steps, 2), pct_start=config.warmup,
-        anneal_strategy="cos", cycle_momentum=False, div_factor=25.0, final_div_factor=100.0,
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, config.warmup))
     return optimizer, scheduler
 
 
