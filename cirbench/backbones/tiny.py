@@ -68,14 +68,16 @@ class ComposerLayer(nn.Module):
     """Pre-norm block: joint self-attention over [queries; text], cross-attention from the
     query positions only to the image tokens (as in BLIP-2's Q-Former), then an MLP."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, mlp_ratio: int = 2) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(hidden)
         self.self_attn = nn.MultiheadAttention(hidden, heads, batch_first=True)
         self.norm_cross = nn.LayerNorm(hidden)
         self.cross_attn = nn.MultiheadAttention(hidden, heads, batch_first=True)
         self.norm2 = nn.LayerNorm(hidden)
-        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden, mlp_ratio * hidden), nn.GELU(), nn.Linear(mlp_ratio * hidden, hidden)
+        )
 
     def forward(
         self, x: torch.Tensor, padding: torch.Tensor | None, num_queries: int, image: torch.Tensor | None
