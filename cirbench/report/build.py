@@ -1,0 +1,45 @@
+"""The one entry point: read a results directory, write figures, ``report.md`` and ``index.html``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cirbench.report.content import assemble
+from cirbench.report.html import render_html
+from cirbench.report.load import load_results
+from cirbench.report.markdown import render_markdown
+from cirbench.results.atomic import atomic_write
+
+
+def build_report(results_dir: Path | str, output_dir: Path | str) -> Path:
+    """Build the report of ``results_dir`` into ``output_dir`` and return the HTML page's path.
+
+    Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png`` per setting, ``report.md``
+    (linking those PNGs) and a self-contained ``index.html`` (embedding them). Figure folders
+    of settings no longer in the results are left alone; a setting's folder is rewritten
+    whole, so figures that no longer apply do not linger. Raises
+    :class:`~cirbench.report.load.ReportError` when ``results_dir`` holds no runs.
+    """
+    output = Path(output_dir)
+    data = load_results(results_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    for setting in data.settings:
+        folder = output / setting.slug
+        if folder.is_dir():
+            for stale in folder.glob("*.png"):
+                stale.unlink()
+    content = assemble(data, output)
+    markdown = render_markdown(content, output)
+    page = render_html(content)
+    _write_text(output / "report.md", markdown)
+    _write_text(output / "index.html", page)
+    return output / "index.html"
+
+
+def _write_text(path: Path, text: str) -> None:
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)  # mkstemp creates 0600; a report is meant to be read by others
+
+    atomic_write(path, write)
+

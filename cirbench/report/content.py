@@ -1,0 +1,69 @@
+"""What a report holds, independent of its format: per setting the at-a-glance lines, the
+tables and the written figures; the failed or missing cells; the provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+import cirbench
+from cirbench.report.figures import FigureFile, all_figures
+from cirbench.report.glance import at_a_glance
+from cirbench.report.load import ReportData, Setting
+from cirbench.report.tables import TableModel, gain_table, purity_table, recall_table
+
+
+@dataclass
+class Section:
+    """The part of a report about one setting (dataset, backbone, noise protocol)."""
+
+    setting: Setting
+    glance: list[str] = field(default_factory=list)
+    tables: list[TableModel] = field(default_factory=list)
+    figures: list[FigureFile] = field(default_factory=list)
+
+
+@dataclass
+class ReportContent:
+    """A whole report, ready to render as Markdown or HTML."""
+
+    title: str
+    subtitle: str
+    sections: list[Section]
+    problems: pd.DataFrame
+    provenance: list[str]
+
+
+def _provenance(data: ReportData) -> list[str]:
+    runs = pd.concat([s.runs for s in data.settings], ignore_index=True) if data.settings else pd.DataFrame()
+    lines = [
+        f"Results: {data.root}",
+        f"Built: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by cirbench {cirbench.__version__}",
+    ]
+    if len(runs):
+        for column, name in (("package_version", "cirbench versions of the runs"), ("git_commit", "git commits of the runs"),
+                             ("torch_version", "torch versions"), ("device", "devices")):
+            values = sorted({str(v) for v in runs[column].dropna() if str(v)})
+            if values:
+                lines.append(f"{name}: {', '.join(values)}")
+        versions = runs.groupby("method").method_version.agg(lambda v: ",".join(sorted(set(map(str, v)))))
+        lines.append("method versions: " + ", ".join(f"{m} v{v}" for m, v in versions.items()))
+    return lines
+
+
+def assemble(data: ReportData, output: Path) -> ReportContent:
+    """Compute the tables and write the figures of every setting under ``output/<setting>/``."""
+    sections = []
+    for setting in data.settings:
+        tables = [t for t in (recall_table(setting), gain_table(setting), purity_table(setting)) if t is not None]
+        figures = all_figures(setting, output / setting.slug)
+        sections.append(Section(setting, at_a_glance(setting), tables, figures))
+    n_runs = sum(len(s.runs) for s in data.settings)
+    subtitle = (
+        f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "
+        f"{len(data.problems)} failed or missing cell(s) listed at the end."
+    )
+    return ReportContent("cirbench report", subtitle, sections, data.problems, _provenance(data))

@@ -1,0 +1,56 @@
+"""The report's "at a glance" lines: the best method at each noise rate, the cleanest kept
+set, and the kind of noise each method misses most (oracles excluded throughout)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
+from cirbench.report.tables import best_per_rate, rate_label
+
+
+def _best_purity(setting: Setting) -> list[str]:
+    last = final_epoch(setting.purity)
+    overall = last[(last.noise_type == "all") & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
+    overall = overall.dropna(subset=["purity"])
+    if overall.empty:
+        return []
+    means = overall.groupby(["noise_rate", "method"]).purity.mean()
+    parts = []
+    for rate in sorted(means.index.get_level_values(0).unique()):
+        block = means.xs(rate)
+        parts.append(f"{rate_label(rate)}: {block.idxmax()} ({100 * block.max():.1f}% clean)")
+    return ["Cleanest kept set: " + "; ".join(parts) + "."]
+
+
+def _misses(setting: Setting) -> list[str]:
+    last = final_epoch(setting.purity)
+    typed = last[last.noise_type.isin(NOISE_TYPES) & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
+    lines = []
+    for method in setting.methods:
+        rows = typed[typed.method == method]
+        value, what = ("noise_recall", "caught") if rows.noise_recall.notna().any() else ("auroc", "AUROC")
+        rows = rows.dropna(subset=[value])
+        if rows.empty:
+            continue
+        means: pd.Series = rows.groupby(["noise_rate", "noise_type"])[value].mean()
+        parts = []
+        for rate in sorted(means.index.get_level_values(0).unique()):
+            block = means.xs(rate)
+            shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{block.min():.2f}"
+            parts.append(f"{rate_label(rate)}: {block.idxmin()} ({what} {shown})")
+        lines.append(f"{method} misses most: " + "; ".join(parts) + ".")
+    return lines
+
+
+def at_a_glance(setting: Setting) -> list[str]:
+    """Plain-text sentences answering: who is best, whose kept set is cleanest, what is missed."""
+    lines = []
+    best = best_per_rate(setting)
+    if best:
+        column = best[0][1]
+        lines.append(
+            f"Best on {column} (oracle excluded): "
+            + "; ".join(f"{rate_label(rate)}: {method} ({value:.2f})" for rate, _, method, value in best) + "."
+        )
+    return lines + _best_purity(setting) + _misses(setting)

@@ -1,0 +1,77 @@
+"""The report as one self-contained HTML page (``index.html``): styles inline, every figure
+embedded as a base64 PNG, so the single file opens in any browser and can be mailed."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from cirbench.report.content import ReportContent
+from cirbench.report.tables import to_html
+
+STYLE = """
+body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1500px; padding: 0 1.5em; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
+.subtitle { color: #555; }
+table.results, table.problems { border-collapse: collapse; margin: 0.6em 0 0.3em; font-size: 0.9em; }
+table.results th, table.results td, table.problems th, table.problems td { padding: 0.25em 0.7em; }
+table.results th { border-bottom: 2px solid #333; text-align: right; }
+table.results td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.results td.method, table.results td.noise { text-align: left; }
+table.results th:nth-child(-n+2) { text-align: left; }
+table.results tr.block-start td { border-top: 1px solid #999; }
+table.results td.noise { font-weight: 600; vertical-align: top; }
+table.problems th { border-bottom: 2px solid #333; text-align: left; }
+table.problems td { border-top: 1px solid #ddd; vertical-align: top; }
+.note { color: #555; font-size: 0.85em; margin: 0; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #444; font-size: 0.9em; max-width: 60em; }
+ul.glance li { margin: 0.2em 0; }
+"""
+
+
+def _image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(path.name)}" data-file="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
+
+
+def problems_html(problems: pd.DataFrame) -> str:
+    """The failed, interrupted and never-run cells as an HTML table (or a line saying none)."""
+    if problems.empty:
+        return "<p>Every cell of the grid completed.</p>"
+    head = "".join(f"<th>{h}</th>" for h in ("Dataset", "Backbone", "Protocol", "Method", "Noise", "Seed", "Status", "Error"))
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            p.dataset, p.backbone, p.noise_protocol, p.method, f"{p.noise_rate:g}", p.seed, p.status, p.error)) + "</tr>"
+        for p in problems.itertuples(index=False)
+    )
+    return f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def render_html(content: ReportContent) -> str:
+    """The whole report as one HTML document with every figure embedded."""
+    out = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(content.title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(content.title)}</h1>", f'<p class="subtitle">{html.escape(content.subtitle)}</p>',
+    ]
+    for section in content.sections:
+        out.append(f"<h2>{html.escape(section.setting.describe())}</h2>")
+        if section.glance:
+            items = "".join(f"<li>{html.escape(g)}</li>" for g in section.glance)
+            out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
+        for table in section.tables:
+            out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]
+        for figure in section.figures:
+            out.append(
+                f"<figure><h3>{html.escape(figure.title)}</h3>{_image(figure.path)}"
+                f"<figcaption>{html.escape(figure.caption)}</figcaption></figure>"
+            )
+    out += ["<h2>Failed and missing cells</h2>", problems_html(content.problems)]
+    out += ["<h2>Provenance</h2><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in content.provenance) + "</ul>"]
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -1,0 +1,154 @@
+"""Reading a results directory for a report: the completed runs' rows, and every cell of the
+grid that has no completed run (failed, interrupted or never run), listed rather than fatal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from cirbench.results.store import ResultsStore
+
+# A setting is one comparable grid: rows of different settings are never compared.
+SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
+CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
+DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses")
+NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
+
+
+class ReportError(ValueError):
+    """A results directory a report cannot be built from (missing, or with no runs at all)."""
+
+
+@dataclass
+class Setting:
+    """The completed runs of one (dataset, backbone, noise protocol) and their table rows.
+
+    ``runs`` holds one row per cell (method, noise rate, seed): the latest completed run.
+    Every data table is restricted to those runs; ``scores`` only to each run's final epoch.
+    ``problems`` lists the cells of this setting's grid that have no completed run.
+    """
+
+    dataset: str
+    backbone: str
+    noise_protocol: str
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    purity: pd.DataFrame
+    scores: pd.DataFrame
+    losses: pd.DataFrame
+    problems: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def slug(self) -> str:
+        """A file-system-safe name for the setting's figure folder."""
+        text = f"{self.dataset}_{self.backbone}_{self.noise_protocol}"
+        return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+
+    @property
+    def methods(self) -> list[str]:
+        """Method labels in a stable order: ``sprc`` first, oracles last, others by name."""
+        oracles = self.oracles
+        return sorted(set(self.runs.method), key=lambda m: (m in oracles, m != "sprc", m))
+
+    @property
+    def oracles(self) -> set[str]:
+        """Labels of methods that saw the ground-truth flags (upper bounds, not competitors)."""
+        return set(self.runs.loc[self.runs.is_oracle.eq(True), "method"])
+
+    def label(self, method: str) -> str:
+        """A method's display name; oracles are marked unless their name already says so."""
+        return f"{method} (oracle)" if method in self.oracles and "oracle" not in method else method
+
+    @property
+    def rates(self) -> list[float]:
+        """The noise rates with at least one completed run, ascending."""
+        return sorted(self.runs.noise_rate.unique())
+
+    def describe(self) -> str:
+        """What was run, for figure titles: dataset, backbone, protocol, epochs and seeds."""
+        epochs = sorted({int(e) for e in self.runs.epochs.dropna()})
+        seeds = sorted({int(s) for s in self.runs.seed})
+        epoch_text = "/".join(str(e) for e in epochs) or "?"
+        return (
+            f"{self.dataset}, {self.backbone} backbone, {self.noise_protocol} noise, "
+            f"{epoch_text} epochs, seeds {','.join(str(s) for s in seeds)}"
+        )
+
+
+@dataclass
+class ReportData:
+    """Everything a report shows: one :class:`Setting` per comparable grid, and the problems."""
+
+    root: Path
+    settings: list[Setting]
+    problems: pd.DataFrame
+
+
+def _last_line(error: object) -> str:
+    lines = [line.strip() for line in str(error or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
+    """Cells without a completed run: failed or interrupted ones with their error, and the
+    combinations of method x rate x seed of a setting that were never run at all."""
+    columns = CELL_COLUMNS + ["status", "error", "run_id"]
+    rows = []
+    done = set(map(tuple, kept[CELL_COLUMNS].itertuples(index=False)))
+    seen = set()
+    bad = runs[runs.status != "completed"].sort_values("finished", ascending=False)  # latest attempt first
+    for row in bad.itertuples(index=False):
+        cell = tuple(getattr(row, c) for c in CELL_COLUMNS)
+        if cell in done:
+            continue
+        seen.add(cell)
+        rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": row.status, "error": _last_line(row.error), "run_id": row.run_id})
+    for setting, group in runs.groupby(SETTING_COLUMNS):
+        axes = [sorted(group.method.unique()), sorted(group.noise_rate.unique()), sorted(group.seed.unique())]
+        for method, rate, seed in pd.MultiIndex.from_product(axes):
+            cell = (*setting, method, rate, seed)
+            if cell not in done and cell not in seen:
+                seen.add(cell)
+                rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": "missing", "error": "never run", "run_id": ""})
+    return pd.DataFrame(rows, columns=columns).sort_values(CELL_COLUMNS).reset_index(drop=True)
+
+
+def load_results(root: Path | str) -> ReportData:
+    """Read the results tables under ``root`` (see :mod:`cirbench.results.store`).
+
+    Only ``completed`` runs count for numbers; where one cell (setting, method, rate, seed)
+    has several completed runs (a rerun with other hyperparameters or epochs), the latest
+    finished one is kept. Raises :class:`ReportError` if ``root`` holds no runs table.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"results directory {str(root)!r} does not exist")
+    store = ResultsStore(root)
+    runs = store.read("runs")
+    if runs.empty:
+        raise ReportError(f"results directory {str(root)!r} has no runs (expected {root / 'runs'}/*.parquet)")
+    completed = runs[runs.status == "completed"].sort_values("finished")
+    kept = completed.drop_duplicates(CELL_COLUMNS, keep="last").reset_index(drop=True)
+    problems = _problems(runs, kept)
+    tables = {name: store.read(name) for name in DATA_TABLES}
+    settings = []
+    for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
+        ids = set(setting_runs.run_id)
+        parts = {name: frame[frame.run_id.isin(ids)].reset_index(drop=True) for name, frame in tables.items()}
+        scores = parts["scores"]
+        if len(scores):
+            last = scores.groupby("run_id")["epoch"].transform("max")
+            parts["scores"] = scores[scores.epoch == last].reset_index(drop=True)
+        mask = (problems[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
+        settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask], **parts))
+    return ReportData(root, settings, problems)
+
+
+def final_epoch(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each run's last epoch (the highest ``epoch`` that run has in ``frame``)."""
+    if frame.empty:
+        return frame
+    last = frame.groupby("run_id")["epoch"].transform("max")
+    return frame[frame.epoch == last]

@@ -1,0 +1,40 @@
+"""The report as Markdown (``report.md``): figures linked by relative path, so the file reads
+on GitHub next to the committed PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from cirbench.report.content import ReportContent
+from cirbench.report.tables import to_markdown
+
+
+def problems_markdown(problems: pd.DataFrame) -> str:
+    """The failed, interrupted and never-run cells as a Markdown table (or a line saying none)."""
+    if problems.empty:
+        return "Every cell of the grid completed."
+    lines = ["| Dataset | Backbone | Protocol | Method | Noise | Seed | Status | Error |", "|" + "---|" * 8]
+    for p in problems.itertuples(index=False):
+        error = str(p.error).replace("|", "\\|")
+        cells = [p.dataset, p.backbone, p.noise_protocol, p.method, f"{p.noise_rate:g}", p.seed, p.status, error]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(content: ReportContent, output: Path) -> str:
+    """The whole report as Markdown; image links are relative to ``output``."""
+    parts = [f"# {content.title}", "", content.subtitle, ""]
+    for section in content.sections:
+        parts += [f"## {section.setting.describe()}", ""]
+        if section.glance:
+            parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
+        for table in section.tables:
+            parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
+        for figure in section.figures:
+            rel = figure.path.relative_to(output).as_posix()
+            parts += [f"### {figure.title}", "", figure.caption, "", f"![{figure.title}]({rel})", ""]
+    parts += ["## Failed and missing cells", "", problems_markdown(content.problems), ""]
+    parts += ["## Provenance", ""] + [f"- {line}" for line in content.provenance] + [""]
+    return "\n".join(parts)

@@ -1,0 +1,313 @@
+"""The comparison tables in the layout of the ConeSep paper's Tables 1-2: rows are methods
+within a noise rate, columns the recall metrics plus the papers' average columns, cells
+mean +- std over seeds in percent, the best of each column and rate in bold and the second
+underlined; then each method's gain over ``sprc`` and the kept-set purity per method.
+
+Oracle methods (which saw the ground-truth flags) are shown but never ranked: they are the
+upper bound, not a competitor.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cirbench.report.load import Setting, final_epoch
+
+# Groups and metrics a dataset's summarize function adds (FashionIQ's "average" group, CIRR's
+# "mean(recall@5,recall_subset@1)"); the report recomputes those averages itself.
+SUMMARY_GROUPS: frozenset[str] = frozenset({"average", "avg", "mean", "summary"})
+SUMMARY_METRIC = re.compile(r"(mean|avg|average)\(.*\)")
+BASELINE = "sprc"
+FIQ_AVG = "AVG"
+CIRR_AVG = "Avg(R@5, R_sub@1)"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One rendered table cell; ``rank`` 1 is best (bold), 2 second (underlined), 0 neither."""
+
+    text: str
+    rank: int = 0
+
+
+@dataclass
+class TableModel:
+    """A table ready to render: a title, column headers, and rows grouped by noise rate."""
+
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, str, list[Cell]]]  # (noise label, blank after a block's first row; method; cells)
+    note: str = ""
+
+
+def _metric_order(metric: str) -> tuple:
+    match = re.fullmatch(r"recall(_subset)?@(\d+)", metric)
+    return (0, bool(match.group(1)), int(match.group(2)), metric) if match else (1, False, 0, metric)
+
+
+def metric_label(metric: str) -> str:
+    """``recall@10`` -> ``R@10``, ``recall_subset@1`` -> ``R_sub@1``; other names unchanged."""
+    return metric.replace("recall_subset@", "R_sub@").replace("recall@", "R@")
+
+
+def rate_label(rate: float) -> str:
+    """A noise rate as the papers print it: ``0.5`` -> ``50%``."""
+    return f"{rate * 100:g}%"
+
+
+def validation_split(metrics: pd.DataFrame) -> str | None:
+    """The split the tables report: ``val`` if present, else the first split by name."""
+    splits = sorted(metrics.split.dropna().unique())
+    return "val" if "val" in splits else (splits[0] if splits else None)
+
+
+def metric_groups(metrics: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(all groups in display order with ``all`` first, the category groups among them)."""
+    groups = [g for g in metrics.group.dropna().unique() if str(g).lower() not in SUMMARY_GROUPS]
+    categories = sorted(g for g in groups if g != "all")
+    return (["all"] if "all" in groups else []) + categories, categories
+
+
+def wide_columns(metrics: pd.DataFrame, index: list[str]) -> pd.DataFrame:
+    """The reported numbers (percent) of ``metrics`` rows, one row per ``index`` value.
+
+    Columns are ``<metric>`` for the ``all`` group, ``<group> <metric>`` for each category
+    (a dataset's own summary groups and ``mean(...)`` metrics are left out), then the
+    derived averages: FashionIQ's ``Avg R@10``, ``Avg R@50`` and ``AVG`` over
+    categories when there are at least two categories with R@10 and R@50, and CIRR's
+    ``Avg(R@5, R_sub@1)`` when the ``all`` group has both.
+    """
+    groups, categories = metric_groups(metrics)
+    wide = metrics.pivot_table(index=index, columns=["group", "metric"], values="value", aggfunc="mean") * 100.0
+    out = pd.DataFrame(index=wide.index)
+    for group in groups:
+        names = sorted({m for g, m in wide.columns if g == group and not SUMMARY_METRIC.fullmatch(m)}, key=_metric_order)
+        for metric in names:
+            label = metric_label(metric) if group == "all" else f"{group} {metric_label(metric)}"
+            out[label] = wide[(group, metric)]
+    fiq = [c for c in categories if (c, "recall@10") in wide.columns and (c, "recall@50") in wide.columns]
+    if len(fiq) >= 2:
+        out["Avg R@10"] = wide[[(c, "recall@10") for c in fiq]].mean(axis=1, skipna=False)
+        out["Avg R@50"] = wide[[(c, "recall@50") for c in fiq]].mean(axis=1, skipna=False)
+        out[FIQ_AVG] = (out["Avg R@10"] + out["Avg R@50"]) / 2
+    if ("all", "recall@5") in wide.columns and ("all", "recall_subset@1") in wide.columns:
+        out[CIRR_AVG] = (wide[("all", "recall@5")] + wide[("all", "recall_subset@1")]) / 2
+    return out
+
+
+def validation_metrics(setting: Setting) -> pd.DataFrame:
+    """The metrics rows of the reported split (see :func:`validation_split`), every epoch."""
+    split = validation_split(setting.metrics)
+    return setting.metrics[setting.metrics.split == split]
+
+
+def run_columns(setting: Setting) -> pd.DataFrame:
+    """Final-epoch :func:`wide_columns` of every run, index ``run_id``."""
+    metrics = validation_metrics(setting)
+    if metrics.empty:
+        return pd.DataFrame(index=pd.Index([], name="run_id"))
+    return wide_columns(final_epoch(metrics), ["run_id"])
+
+
+def headline_column(columns: list[str]) -> str | None:
+    """The single number that decides "best": the papers' average if present, else R@10."""
+    for name in (FIQ_AVG, CIRR_AVG, "R@10"):
+        if name in columns:
+            return name
+    return columns[0] if columns else None
+
+
+def summarize(setting: Setting, per_run: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std (ddof 1) and seed count of every column per (noise rate, method)."""
+    keyed = setting.runs.set_index("run_id")[["noise_rate", "method"]].join(per_run, how="inner")
+    grouped = keyed.groupby(["noise_rate", "method"])
+    return pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1)
+
+
+def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
+    """Dense ranks 1 and 2 of the higher-is-better ``values`` at display precision."""
+    shown = {m: round(v, 2) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
+    distinct = sorted(set(shown.values()), reverse=True)
+    if len(shown) < 2:
+        return {}
+    top = distinct[:2]
+    return {m: top.index(v) + 1 for m, v in shown.items() if v in top}
+
+
+def _format(mean: float, std: float, n: int) -> str:
+    if not math.isfinite(mean):
+        return "-"
+    return f"{mean:.2f} ± {std:.2f}" if n >= 2 and math.isfinite(std) else f"{mean:.2f}"
+
+
+def _ranked_table(
+    title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
+    unranked: frozenset[str] = frozenset(),
+) -> TableModel:
+    """Rows method within noise rate from :func:`summarize` output, best/second marked per
+    column and rate (oracles and ``unranked`` columns never marked)."""
+    rows = []
+    for rate in sorted(stats.index.get_level_values("noise_rate").unique()):
+        block = stats.xs(rate, level="noise_rate")
+        methods = [m for m in setting.methods if m in block.index]
+        ranks = {
+            c: {} if c in unranked else _ranks({m: float(block.loc[m, ("mean", c)]) for m in methods}, setting.oracles)
+            for c in columns
+        }
+        for i, method in enumerate(methods):
+            cells = []
+            for c in columns:
+                mean, std, n = block.loc[method, [("mean", c), ("std", c), ("n", c)]]
+                cells.append(Cell(_format(float(mean), float(std), int(n)), ranks[c].get(method, 0)))
+            rows.append((rate_label(rate) if i == 0 else "", setting.label(method), cells))
+    return TableModel(title, columns, rows, note)
+
+
+def recall_table(setting: Setting) -> TableModel | None:
+    """Tables 1-2 of the ConeSep paper for this setting (final epoch, percent)."""
+    per_run = run_columns(setting)
+    columns = list(per_run.columns)
+    if not columns:
+        return None
+    stats = summarize(setting, per_run)
+    note = (
+        "Final-epoch validation recall (%), mean ± std over seeds; best per noise rate in bold, "
+        "second underlined; oracle rows are not ranked."
+    )
+    return _ranked_table("Retrieval", stats, columns, setting, note)
+
+
+def gain_table(setting: Setting) -> TableModel | None:
+    """Each method's mean gain over ``sprc`` (percentage points) at each noise rate."""
+    per_run = run_columns(setting)
+    columns = list(per_run.columns)
+    if not columns or BASELINE not in setting.methods:
+        return None
+    means = summarize(setting, per_run)["mean"]
+    rows = []
+    for rate in sorted(means.index.get_level_values("noise_rate").unique()):
+        block = means.xs(rate, level="noise_rate")
+        if BASELINE not in block.index:
+            continue
+        others = [m for m in setting.methods if m in block.index and m != BASELINE]
+        for i, method in enumerate(others):
+            diff = block.loc[method, columns] - block.loc[BASELINE, columns]
+            cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}", 1 if d > 0.005 else 0) for d in diff]
+            label = setting.label(method)
+            rows.append((rate_label(rate) if i == 0 else "", label, cells))
+    if not rows:
+        return None
+    return TableModel(f"Gain over {BASELINE}", columns, rows, "Mean difference to sprc in percentage points; positive gains in bold.")
+
+
+PURITY_COLUMNS: dict[str, str] = {
+    "purity": "Purity",
+    "kept": "Kept",
+    "clean_recall": "Clean kept",
+    "noise_recall": "Noise caught",
+    "reference": "Ref. caught",
+    "caption": "Caption caught",
+    "target": "Target caught",
+    "auroc": "AUROC",
+}
+
+
+def purity_per_run(setting: Setting) -> pd.DataFrame:
+    """Final-epoch kept-set quality per run, in percent (AUROC x 100), index ``run_id``."""
+    last = final_epoch(setting.purity)
+    if last.empty:
+        return pd.DataFrame()
+    overall = last[last.noise_type == "all"].set_index("run_id")
+    out = pd.DataFrame(index=overall.index)
+    out["purity"] = overall.purity * 100
+    n_sel = pd.to_numeric(overall.n_selected, errors="coerce")
+    out["kept"] = n_sel / overall.n_samples.astype(float) * 100
+    out["clean_recall"] = overall.clean_recall * 100
+    out["noise_recall"] = overall.noise_recall * 100
+    by_type = last[last.noise_type != "all"].pivot_table(index="run_id", columns="noise_type", values="noise_recall", aggfunc="mean")
+    for kind in ("reference", "caption", "target"):
+        out[kind] = by_type[kind].reindex(out.index) * 100 if kind in by_type.columns else np.nan
+    out["auroc"] = overall.auroc * 100
+    return out.rename(columns=PURITY_COLUMNS)
+
+
+def purity_table(setting: Setting) -> TableModel | None:
+    """Kept-set purity, the share of each noise type caught and AUROC per method and rate."""
+    per_run = purity_per_run(setting)
+    if per_run.empty:
+        return None
+    per_run = per_run.dropna(axis=1, how="all")
+    stats = summarize(setting, per_run)
+    noisy_rates = [r for r in stats.index.get_level_values("noise_rate").unique() if r > 0]
+    stats = stats[stats.index.get_level_values("noise_rate").isin(noisy_rates)]
+    if stats.empty:
+        return None
+    note = (
+        "Final epoch, percent. Purity: truly clean share of the kept (selected-clean) set; Kept: its share of "
+        "the training set; Clean kept: share of clean samples kept; Noise caught: share of noisy samples not kept, "
+        "overall and per noise type; AUROC of the noise score (x100). '-' where a method does not partition or score; "
+        "best in bold and second underlined (Kept is not ranked)."
+    )
+    return _ranked_table(
+        "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note,
+        unranked=frozenset({PURITY_COLUMNS["kept"]}),
+    )
+
+
+def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
+    """(rate, headline column, best non-oracle method, its mean) for every noise rate."""
+    per_run = run_columns(setting)
+    column = headline_column(list(per_run.columns))
+    if column is None:
+        return []
+    means = summarize(setting, per_run)["mean"][column]
+    out = []
+    for rate in sorted(means.index.get_level_values("noise_rate").unique()):
+        block = means.xs(rate, level="noise_rate").drop(labels=list(setting.oracles), errors="ignore").dropna()
+        if len(block):
+            out.append((rate, column, str(block.idxmax()), float(block.max())))
+    return out
+
+
+def to_markdown(table: TableModel) -> str:
+    """A GitHub-flavoured Markdown table: best ``**bold**``, second ``<u>underlined</u>``."""
+    def mark(cell: Cell) -> str:
+        return f"**{cell.text}**" if cell.rank == 1 else f"<u>{cell.text}</u>" if cell.rank == 2 else cell.text
+
+    header = ["Noise", "Method", *table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":--", ":--"] + ["--:"] * len(table.columns)) + "|"]
+    for noise, method, cells in table.rows:
+        lines.append("| " + " | ".join([noise, method, *(mark(c) for c in cells)]) + " |")
+    return "\n".join(lines)
+
+
+def to_html(table: TableModel) -> str:
+    """An HTML table: best in ``<b>``, second in ``<u>``, the noise rate spanning its rows."""
+    def mark(cell: Cell) -> str:
+        text = html.escape(cell.text)
+        return f"<b>{text}</b>" if cell.rank == 1 else f"<u>{text}</u>" if cell.rank == 2 else text
+
+    spans, current = [], None
+    for noise, _, _ in table.rows:
+        if noise:
+            spans.append(1)
+            current = len(spans) - 1
+        elif current is not None:
+            spans[current] += 1
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["Noise", "Method", *table.columns])
+    body, block = [], 0
+    for noise, method, cells in table.rows:
+        first = ""
+        if noise:
+            first = f'<td rowspan="{spans[block]}" class="noise">{html.escape(noise)}</td>'
+            block += 1
+        row_class = ' class="block-start"' if noise else ""
+        tds = "".join(f"<td>{mark(c)}</td>" for c in cells)
+        body.append(f"<tr{row_class}>{first}<td class=\"method\">{html.escape(method)}</td>{tds}</tr>")
+    return f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

@@ -1,0 +1,234 @@
+"""The report: figures, ConeSep-style tables with best/second marks, the HTML page, failed
+cells listed, and the ``cirbench report`` / ``cirbench run --report`` commands."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from cirbench.cli import app
+from cirbench.engine.purity import purity_rows
+from cirbench.report import ReportError, build_report, load_results
+from cirbench.report.tables import CIRR_AVG, FIQ_AVG, Cell, recall_table, to_html, to_markdown, wide_columns
+from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+N_TRAIN = 60
+# Final-epoch R@10 per method and rate; seed s adds s * 0.01.
+R10 = {("sprc", 0.2): 0.40, ("sprc", 0.5): 0.30, ("robust", 0.2): 0.50, ("robust", 0.5): 0.45,
+       ("oracle", 0.2): 0.70, ("oracle", 0.5): 0.65}
+FAILED = ("robust", 0.5, 1)
+
+
+def _run_row(method: str, status: str, error: str = "") -> dict:
+    """A ``runs`` row with every column of the schema, neutral defaults where unset."""
+    defaults = {pa.types.is_string: "", pa.types.is_integer: 0, pa.types.is_floating: 0.0, pa.types.is_boolean: False}
+    row = {
+        f.name: next(v for test, v in defaults.items() if test(f.type))
+        for f in SCHEMAS["runs"] if f.name not in KEY_COLUMNS
+    }
+    return row | {
+        "status": status, "error": error, "is_oracle": method == "oracle", "partitions": method != "sprc",
+        "method_version": "1", "package_version": "0.1.0", "git_commit": "abc", "n_train": N_TRAIN, "epochs": 2,
+        "started": "2024-01-01T00:00:00", "finished": "2024-01-01T00:01:00",
+    }
+
+
+def _tables(method: str, rate: float, seed: int) -> tuple[dict[str, pd.DataFrame], int]:
+    rng = np.random.default_rng([int(rate * 10), seed])
+    n_noisy = int(rate * N_TRAIN)
+    is_noisy = np.arange(N_TRAIN) < n_noisy
+    noise_type = np.where(is_noisy, np.array(["reference", "caption", "target"])[np.arange(N_TRAIN) % 3], "clean")
+    metrics, purity, scores, losses = [], [], [], []
+    for epoch in range(2):
+        r10 = R10[(method, rate)] + seed * 0.01 - (0.1 if epoch == 0 else 0.0)
+        for metric, value in (("recall@1", r10 / 4), ("recall@10", r10), ("recall@50", min(1.0, r10 * 1.5))):
+            metrics.append({"epoch": epoch, "split": "val", "group": "all", "metric": metric, "value": value, "eval_protocol": "p"})
+        for step in range(2):
+            for name, value in (("total", 2.0 - epoch - step * 0.1), ("itc", 1.0 - epoch * 0.3)):
+                losses.append({"epoch": epoch, "step": epoch * 2 + step, "name": name, "value": value})
+        if method != "sprc":
+            score = np.where(is_noisy, 0.7, 0.3) + rng.normal(0, 0.15, N_TRAIN)
+            if method == "oracle":
+                score = is_noisy.astype(float)
+            selected = score < 0.5
+            rows = purity_rows(selected, score, is_noisy, noise_type)
+            rows.insert(0, "epoch", epoch)
+            purity.append(rows)
+            scores.append(pd.DataFrame({
+                "sample_id": [f"s{i}" for i in range(N_TRAIN)], "epoch": epoch, "score": score,
+                "selected_clean": selected, "is_noisy": is_noisy, "noise_type": noise_type,
+            }))
+    frames = {"metrics": pd.DataFrame(metrics), "losses": pd.DataFrame(losses)}
+    if purity:
+        frames["purity"] = pd.concat(purity, ignore_index=True)
+        frames["scores"] = pd.concat(scores, ignore_index=True)
+    return frames, n_noisy
+
+
+def write_results(root: Path, methods=("sprc", "robust", "oracle"), rates=(0.2, 0.5), seeds=(0, 1)) -> None:
+    """By default three methods (one an oracle) x two rates x two seeds; robust at 0.5 seed 1 failed."""
+    store = ResultsStore(root)
+    for method in methods:
+        for rate in rates:
+            for seed in seeds:
+                key = CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed)
+                if (method, rate, seed) == FAILED:
+                    store.write_run(key, _run_row(method, "failed", "Traceback ...\nRuntimeError: boom"), {})
+                    continue
+                tables, n_noisy = _tables(method, rate, seed)
+                row = _run_row(method, "completed") | {"n_noisy": n_noisy}
+                store.write_run(key, row, tables)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("results")
+    write_results(root)
+    out = tmp_path_factory.mktemp("report")
+    return root, build_report(root, out)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    """One cell only: enough for the command-line tests, quick to draw."""
+    root = tmp_path_factory.mktemp("small")
+    write_results(root, methods=("sprc",), rates=(0.2,), seeds=(0,))
+    return root
+
+
+def test_figures_exist_and_html_embeds_every_one(built) -> None:
+    _, page = built
+    pngs = sorted((page.parent / "toy_tiny_thirds").glob("*.png"))
+    names = {p.stem for p in pngs}
+    assert {"recall_vs_noise", "purity_bars", "detection_by_noise_type", "score_distributions", "roc_curves",
+            "validation_curves", "training_sprc", "training_robust", "training_oracle"} <= names
+    text = page.read_text(encoding="utf-8")
+    markdown = (page.parent / "report.md").read_text(encoding="utf-8")
+    for png in pngs:
+        data = png.read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC), png
+        assert base64.b64encode(data).decode("ascii") in text, f"{png.name} is not embedded in the HTML"
+        assert f"](toy_tiny_thirds/{png.name})" in markdown, f"{png.name} is not linked from report.md"
+
+
+def test_table_marks_best_and_second_and_skips_oracles(built) -> None:
+    root, _ = built
+    (setting,) = load_results(root).settings
+    table = recall_table(setting)
+    column = table.columns.index("R@10")
+    rows = {}
+    current = ""
+    for noise, method, cells in table.rows:
+        current = noise or current
+        rows[(current, method)] = cells[column]
+    assert rows[("20%", "robust")] == Cell("50.50 ± 0.71", 1)
+    assert rows[("20%", "sprc")].rank == 2
+    assert rows[("20%", "oracle")].rank == 0  # the upper bound is shown, never ranked
+    assert rows[("50%", "robust")].text == "45.00"  # one seed left after the failed cell: no std
+    assert (rows[("50%", "robust")].rank, rows[("50%", "sprc")].rank) == (1, 2)
+    assert "**50.50 ± 0.71**" in to_markdown(table) and "<u>40.50 ± 0.71</u>" in to_markdown(table)
+    assert "<b>50.50 ± 0.71</b>" in to_html(table) and "<u>40.50 ± 0.71</u>" in to_html(table)
+
+
+def test_failed_cell_is_listed_not_fatal(built) -> None:
+    root, page = built
+    data = load_results(root)
+    problems = data.problems
+    assert len(problems) == 1
+    row = problems.iloc[0]
+    assert (row.method, row.noise_rate, row.seed, row.status, row.error) == (*FAILED, "failed", "RuntimeError: boom")
+    assert "RuntimeError: boom" in page.read_text(encoding="utf-8")
+    assert "| robust | 0.5 | 1 | failed | RuntimeError: boom |" in (page.parent / "report.md").read_text(encoding="utf-8")
+
+
+def test_at_a_glance_names_best_and_cleanest(built) -> None:
+    _, page = built
+    markdown = (page.parent / "report.md").read_text(encoding="utf-8")
+    assert "Best on R@10 (oracle excluded): 20%: robust (50.50); 50%: robust (45.00)." in markdown
+    assert "Cleanest kept set: 20%: robust" in markdown
+
+
+def test_never_run_cell_is_listed(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    for method, rate in (("sprc", 0.2), ("sprc", 0.5), ("robust", 0.2)):
+        tables, n_noisy = _tables(method, rate, 0)
+        store.write_run(CellKey(f"{method}-{rate}", method, "toy", "tiny", "thirds", rate, 0),
+                        _run_row(method, "completed") | {"n_noisy": n_noisy}, tables)
+    problems = load_results(tmp_path).problems
+    assert problems[["method", "noise_rate", "status"]].values.tolist() == [["robust", 0.5, "missing"]]
+
+
+def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    for rate in (0.2, 0.5):
+        store.write_run(CellKey(f"sprc-{rate}", "sprc", "toy", "tiny", "thirds", rate, 0),
+                        _run_row("sprc", "failed", f"ValueError: bad {rate}"), {})
+    page = build_report(tmp_path / "results", tmp_path / "out")
+    text = page.read_text(encoding="utf-8")
+    assert "ValueError: bad 0.2" in text and "ValueError: bad 0.5" in text
+    assert "0 completed cell(s)" in text
+
+
+def test_average_columns_of_fashioniq_and_cirr() -> None:
+    rows = [{"run_id": "a", "group": "average", "metric": "mean(recall@10,recall@50)", "value": 0.4}]  # dataset summary rows
+    for group, r10, r50 in (("dress", 0.2, 0.4), ("shirt", 0.3, 0.5), ("toptee", 0.4, 0.6), ("average", 0.3, 0.5)):
+        rows += [{"run_id": "a", "group": group, "metric": "recall@10", "value": r10},
+                 {"run_id": "a", "group": group, "metric": "recall@50", "value": r50}]
+    fiq = wide_columns(pd.DataFrame(rows), ["run_id"])
+    assert list(fiq.columns) == ["dress R@10", "dress R@50", "shirt R@10", "shirt R@50", "toptee R@10", "toptee R@50",
+                                 "Avg R@10", "Avg R@50", FIQ_AVG]
+    assert fiq.loc["a", "Avg R@10"] == pytest.approx(30.0) and fiq.loc["a", FIQ_AVG] == pytest.approx(40.0)
+    cirr = wide_columns(pd.DataFrame([
+        {"run_id": "a", "group": "all", "metric": m, "value": v}
+        for m, v in (("recall@1", 0.3), ("recall@5", 0.6), ("recall_subset@1", 0.8), ("recall_subset@2", 0.9),
+                     ("mean(recall@5,recall_subset@1)", 0.7))
+    ]), ["run_id"])
+    assert list(cirr.columns) == ["R@1", "R@5", "R_sub@1", "R_sub@2", CIRR_AVG]
+    assert cirr.loc["a", CIRR_AVG] == pytest.approx(70.0)
+
+
+def test_missing_results_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="does not exist"):
+        build_report(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="has no runs"):
+        build_report(tmp_path / "empty", tmp_path / "out")
+
+
+def test_cli_report(small: Path, tmp_path: Path) -> None:
+    root = small
+    runner = CliRunner()
+    result = runner.invoke(app, ["report", "--results", str(root), "--output", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "rep" / "index.html").stat().st_size > 10_000
+    assert (tmp_path / "rep" / "report.md").exists()
+    missing = runner.invoke(app, ["report", "--results", str(tmp_path / "absent"), "--output", str(tmp_path / "rep2")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Path, monkeypatch) -> None:
+    """``run --report`` builds the report of --output into --report-dir (the grid itself is
+    replaced by one with no cells left to run, so the test stays fast)."""
+    import cirbench.engine.grid as grid_module
+
+    root = small
+
+    class DoneGrid:
+        def __init__(self, spec) -> None:
+            self.spec, self.store, self.cells = spec, ResultsStore(spec.output), []
+            self.discovery = type("D", (), {"problems": []})()
+
+    monkeypatch.setattr(grid_module, "Grid", DoneGrid)
+    result = CliRunner().invoke(app, ["run", "--methods", "sprc", "--noise", "0.2", "--output", str(root),
+                                      "--report", "--report-dir", str(tmp_path / "after")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "after" / "index.html").exists()
+    assert (tmp_path / "after" / "toy_tiny_thirds" / "recall_vs_noise.png").exists()
+    assert "report written" in result.output
