@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.data.hard_noise import HardProtocol
 from cirbench.registry import Registry
 
 NOISE_TYPES = ("clean", "reference", "caption", "target")
@@ -108,6 +109,7 @@ class CaptionProtocol:
 NOISE_PROTOCOLS: Registry[type] = Registry("noise protocol")
 NOISE_PROTOCOLS.add("thirds", ThirdsProtocol)
 NOISE_PROTOCOLS.add("caption", CaptionProtocol)
+NOISE_PROTOCOLS.add("hard", HardProtocol)
 
 
 @dataclass

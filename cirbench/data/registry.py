@@ -38,3 +38,16 @@ DATASETS.add(
     "shapes-mini",
     ShapesLoader("a 10x smaller shapes benchmark, for tests and quick checks", n_train_scenes=300, n_val_scenes=100),
 )
+
+# Datasets read from the user's files (--data-root): loaders with ``check`` and typed options,
+# called as loader(cache_dir, data_root, options=..., allow_missing=...).
+from cirbench.data.real import FileDatasetLoader  # noqa: E402
+
+DATASETS.add("fashioniq", FileDatasetLoader(
+    "fashioniq", "FashionIQ dress/shirt/toptee from your files (--data-root; options: categories, train_captions, reference)",
+    "cirbench.data.fashioniq",
+))
+DATASETS.add("cirr", FileDatasetLoader(
+    "cirr", "CIRR from your files (--data-root); R@K, R_subset@K, test1 submissions with `cirbench predict`",
+    "cirbench.data.cirr",
+))

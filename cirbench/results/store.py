@@ -55,6 +55,9 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("steps", pa.int64()),
         ("model_seconds", pa.float64()),
         ("seconds_per_step", pa.float64()),
+        ("n_dropped", pa.int64()),
+        ("dropped_path", pa.string()),
+        ("checkpoint_path", pa.string()),
     ],
     "metrics": [
         ("epoch", pa.int64()),

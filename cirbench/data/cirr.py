@@ -1,0 +1,192 @@
+"""CIRR (Liu et al., ICCV 2021) read from the ``Cuberick-Orion/CIRR`` release layout.
+
+Files under the root: ``captions/cap.rc2.<split>.json`` (a list of ``{"pairid",
+"reference", "target_hard", "caption", "img_set": {"members": [...]}}``; test1 entries have
+no target) and ``image_splits/split.rc2.<split>.json`` (image name -> path relative to the
+root, e.g. ``./dev/dev-245-0-img0.png``), splits ``train``, ``val`` and ``test1``.
+
+Evaluation (the official protocol): every validation query is ranked against all
+validation images with its reference excluded: Recall@1/5/10/50; Recall_subset@1/2/3
+ranks within the query's ``img_set.members`` (reference excluded); the headline is
+``(R@5 + R_subset@1) / 2`` (metric ``mean(recall@5,recall_subset@1)`` of group ``all``).
+test1 has no targets: :mod:`cirbench.predict` writes the submission files for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cirbench.data.base import EvalProtocol, SummaryFn
+from cirbench.data.files import JsonEntryError, PathEscapeError, read_json_entries, resolve_inside
+from cirbench.data.real import Query, Scan
+
+FORMAT_VERSION = "1"
+CONTENT_OPTIONS = ("image_size",)
+HEADLINE = "mean(recall@5,recall_subset@1)"
+
+
+@dataclass
+class Options:
+    """CIRR's ``--dataset-option`` settings. ``image_size``: images are resized to this
+    square (0: native sizes). The evaluation protocol is fixed by the benchmark."""
+
+    image_size: int = 224
+
+    def __post_init__(self) -> None:
+        if self.image_size < 0:
+            raise ValueError(f"image_size must be >= 0, got {self.image_size}")
+
+
+def summarize(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Adds the headline ``(R@5 + R_subset@1) / 2`` to group ``all``."""
+    metrics = results.get("all", {})
+    if "recall@5" not in metrics or "recall_subset@1" not in metrics:
+        return {}
+    return {"all": {**metrics, HEADLINE: (metrics["recall@5"] + metrics["recall_subset@1"]) / 2}}
+
+
+def protocol(options: Options) -> tuple[EvalProtocol, SummaryFn]:
+    """CIRR's official protocol: reference excluded, R@1/5/10/50, R_subset@1/2/3."""
+    return EvalProtocol("cirr", exclude_reference=True, recall_at=(1, 5, 10, 50), subset_recall_at=(1, 2, 3)), summarize
+
+
+def _read(scan: Scan, rel: str, container: type) -> list[tuple[str | None, object]] | None:
+    path = scan.root / rel
+    if not path.is_file():
+        scan.problem(rel, "", "missing-file", "file not found", fatal=True)
+        return None
+    try:
+        return read_json_entries(path, container)
+    except JsonEntryError as exc:
+        scan.problem(rel, f"#{exc.entry}" if exc.entry is not None else "", "malformed-json", str(exc), fatal=True)
+        return None
+
+
+def _read_split(scan: Scan, split: str) -> dict[str, Path] | None:
+    """Image name -> resolved path; paths out of the root are fatal problems."""
+    rel = f"image_splits/split.rc2.{split}.json"
+    entries = _read(scan, rel, dict)
+    if entries is None:
+        return None
+    paths: dict[str, Path] = {}
+    first: dict[str, int] = {}
+    for i, (name, value) in enumerate(entries):
+        assert name is not None
+        where = f"#{i} {name}"
+        if name in first:
+            scan.problem(rel, where, "duplicate", f"image {name!r} is listed twice (first at #{first[name]})")
+            continue
+        first[name] = i
+        if not isinstance(value, str) or not value:
+            scan.problem(rel, where, "missing-field", f"the path of image {name!r} must be a non-empty string, found {value!r}")
+            continue
+        try:
+            paths[name] = resolve_inside(scan.root, value)
+        except PathEscapeError as exc:
+            scan.problem(rel, where, "path-escape", str(exc), fatal=True)
+    return paths
+
+
+_REQUIRED = {
+    "train": ("pairid", "reference", "target_hard", "caption"),
+    "val": ("pairid", "reference", "target_hard", "caption", "img_set"),
+    "test1": ("pairid", "reference", "caption", "img_set"),
+}
+
+
+def _read_captions(scan: Scan, split: str, names: dict[str, Path] | None) -> list[Query]:
+    rel = f"captions/cap.rc2.{split}.json"
+    entries = _read(scan, rel, list)
+    if entries is None:
+        return []
+    split_rel = f"image_splits/split.rc2.{split}.json"
+    seen: dict[int, int] = {}
+    queries = []
+    for i, (_, entry) in enumerate(entries):
+        where = f"#{i}"
+        pairid = entry.get("pairid") if isinstance(entry, dict) else None
+
+        def bad(kind: str, text: str) -> None:
+            scan.problem(rel, where, kind, text)
+            scan.drop(split, str(pairid) if pairid is not None else f"{rel} {where}", f"{rel} {where}: {text}")
+
+        if not isinstance(entry, dict):
+            bad("missing-field", f"entry is not a JSON object: {entry!r:.80}")
+            continue
+        missing = [f for f in _REQUIRED[split] if f not in entry]
+        if missing:
+            bad("missing-field", f"missing field(s): {', '.join(missing)}")
+            continue
+        target = entry.get("target_hard") if split != "test1" else None
+        members = entry["img_set"].get("members") if isinstance(entry.get("img_set"), dict) else None
+        wrong = [f for f, ok in (
+            ("pairid", isinstance(pairid, int) and not isinstance(pairid, bool)),
+            ("reference", isinstance(entry["reference"], str) and bool(entry["reference"])),
+            ("target_hard", split == "test1" or (isinstance(target, str) and bool(target))),
+            ("caption", isinstance(entry["caption"], str)),
+            ("img_set.members", split == "train" or (isinstance(members, list) and bool(members)
+                                                    and all(isinstance(m, str) for m in members))),
+        ) if not ok]
+        if wrong:
+            bad("missing-field", f"invalid field(s): {', '.join(wrong)}")
+            continue
+        if pairid in seen:
+            bad("duplicate", f"pairid {pairid} repeats entry #{seen[pairid]}")
+            continue
+        seen[pairid] = i
+        subset = tuple(members) if split != "train" else None
+        used = [("reference", entry["reference"])] + ([("target_hard", target)] if target is not None else [])
+        used += [("img_set member", m) for m in subset or ()]
+        absent = [f"{role} {name!r}" for role, name in used if names is not None and name not in names]
+        if absent:
+            bad("not-in-split", f"{', '.join(absent)} not in {split_rel}")
+            continue
+        queries.append(Query(str(pairid), entry["reference"], entry["caption"], target, "all", f"{rel} {where}", subset))
+    return queries
+
+
+def _scan_split(scan: Scan, split: str, gallery: bool) -> list[Query]:
+    names = _read_split(scan, split)
+    queries = _read_captions(scan, split, names)
+    needed = {q.reference for q in queries} | {q.target for q in queries if q.target is not None}
+    needed |= {m for q in queries for m in q.subset or ()}
+    if gallery and names is not None:
+        scan.gallery["all"] = list(names)
+        needed |= set(names)
+    for name in sorted(needed):
+        path = (names or {}).get(name)
+        if path is None:
+            continue  # its entry already failed (a reported problem)
+        if path.is_file():
+            scan.images[name] = path
+        else:
+            rel = str(path.relative_to(scan.root.resolve()))
+            scan.problem(rel, name, "missing-image", f"image file not found (listed in image_splits/split.rc2.{split}.json)")
+            scan.bad_images[name] = f"image {rel} is missing"
+    return queries
+
+
+def scan(root: Path, options: Options, for_check: bool = False) -> Scan:
+    """Read and validate the train and val files (and, for a check, test1 when present);
+    images are located but not decoded."""
+    out = Scan(root)
+    out.train = _scan_split(out, "train", gallery=False)
+    out.val = _scan_split(out, "val", gallery=True)
+    out.counts = {"train_triplets": len(out.train), "val_queries": len(out.val)}
+    if for_check and (root / "captions" / "cap.rc2.test1.json").exists():
+        test = Scan(root)
+        out.counts["test1_queries"] = len(_scan_split(test, "test1", gallery=True))
+        out.problems += test.problems
+        out.images.update(test.images)
+    out.counts["images_found"] = len(out.images)
+    return out
+
+
+def scan_test(root: Path, options: Options) -> Scan:
+    """Read and validate the test1 files: its queries (no targets) as the ``val`` split and
+    every test1 image as the gallery."""
+    out = Scan(root)
+    out.val = _scan_split(out, "test1", gallery=True)
+    out.counts = {"test1_queries": len(out.val), "images_found": len(out.images)}
+    return out

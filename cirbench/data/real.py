@@ -1,0 +1,227 @@
+"""What the file-backed datasets (FashionIQ, CIRR) share: typed ``--dataset-option``
+parsing, the scan record a dataset module produces from its root, and its assembly into a
+:class:`~cirbench.data.base.CIRDataset` that drops (and lists) every sample a problem costs.
+
+A dataset module (``cirbench.data.fashioniq``, ``cirbench.data.cirr``) provides an
+``Options`` dataclass, ``scan(root, options) -> Scan`` and
+``protocol(options) -> (EvalProtocol, summarize)``; :class:`FileDatasetLoader` turns that
+into a registry entry with ``check`` for ``cirbench data check``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping, TypeVar
+
+import numpy as np
+
+from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.data.check import CheckReport, DatasetProblemsError, Problem, resolve_data_root, unreadable_images
+
+O = TypeVar("O")
+
+
+def parse_options(cls: type[O], options: Mapping[str, str], dataset: str) -> O:
+    """``--dataset-option key=value`` strings -> an instance of the dataclass ``cls``, each
+    value converted to its field's type; an unknown key or a bad value raises ConfigError."""
+    from cirbench.config import ConfigError, _convert
+
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for key, text in options.items():
+        if key not in names:
+            raise ConfigError(f"--dataset-option {key}: unknown option for {dataset}; valid options: {', '.join(names)}")
+        values[key] = _convert(str(text), hints[key], f"--dataset-option {key}")
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigError(f"--dataset-option for {dataset}: {exc}") from None
+
+
+@dataclass
+class Query:
+    """One well-formed triplet (or CIRR test query, ``target`` None) as read from the files,
+    by image name; ``origin`` names the file and entry it came from."""
+
+    sample_id: str
+    reference: str
+    text: str
+    target: str | None
+    group: str
+    origin: str
+    subset: tuple[str, ...] | None = None
+
+
+@dataclass
+class Dropped:
+    """A sample (or gallery image) left out of the dataset, and why."""
+
+    split: str
+    sample: str
+    reason: str
+
+
+@dataclass
+class Scan:
+    """What reading a dataset root found: the well-formed queries of each split, each
+    validation group's gallery (image names), the path of every needed image that exists,
+    the problems, and the samples dropped while reading."""
+
+    root: Path
+    train: list[Query] = field(default_factory=list)
+    val: list[Query] = field(default_factory=list)
+    gallery: dict[str, list[str]] = field(default_factory=dict)
+    images: dict[str, Path] = field(default_factory=dict)
+    bad_images: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def problem(self, file: str, entry: str, kind: str, text: str, fatal: bool = False) -> None:
+        """Record a problem."""
+        self.problems.append(Problem(file, entry, kind, text, fatal))
+
+    def drop(self, split: str, sample: str, reason: str) -> None:
+        """Record a sample left out while reading."""
+        self.dropped.append(Dropped(split, sample, reason))
+
+    def decode_images(self, cache_dir: Path | None) -> None:
+        """Decode every found image; move unreadable ones to ``bad_images`` as problems."""
+        for name, error in sorted(unreadable_images(self.images, self.root, cache_dir).items()):
+            path = self.images.pop(name)
+            rel = os.path.relpath(path, self.root.resolve())
+            self.problem(rel, name, "unreadable-image", f"image cannot be decoded: {error}")
+            self.bad_images[name] = f"image {rel} is unreadable"
+
+
+def _assemble_split(
+    name: str, queries: list[Query], index: dict[str, int], bad: dict[str, str], dropped: list[Dropped]
+) -> TripletSplit:
+    kept: list[Query] = []
+    for q in queries:
+        names = [q.reference] + ([q.target] if q.target is not None else []) + list(q.subset or ())
+        missing = next((n for n in names if n not in index), None)
+        if missing is None:
+            kept.append(q)
+        else:
+            dropped.append(Dropped(name, q.sample_id, bad.get(missing, f"image {missing} is not available")))
+    subset = [np.asarray([index[m] for m in q.subset], dtype=np.int64) for q in kept] if any(q.subset for q in kept) else None
+    return TripletSplit(
+        sample_ids=[q.sample_id for q in kept],
+        reference=np.asarray([index[q.reference] for q in kept], dtype=np.int64),
+        texts=[q.text for q in kept],
+        target=np.asarray([index[q.target] if q.target is not None else -1 for q in kept], dtype=np.int64),
+        group=[q.group for q in kept],
+        subset=subset,
+        extra={"origin": [q.origin for q in kept]},
+    )
+
+
+def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size: int) -> CIRDataset:
+    """Build the dataset from a scan, leaving out every sample whose images are missing or
+    unreadable; ``info["dropped"]`` lists each dropped sample and gallery image with the reason."""
+    from cirbench.data.files import FileImages
+
+    image_ids = sorted(scan.images)
+    index = {n: i for i, n in enumerate(image_ids)}
+    dropped = list(scan.dropped)
+    train = _assemble_split("train", scan.train, index, scan.bad_images, dropped)
+    val = _assemble_split("val", scan.val, index, scan.bad_images, dropped)
+    gallery = {}
+    for group, names in scan.gallery.items():
+        gallery[group] = np.asarray([index[n] for n in names if n in index], dtype=np.int64)
+        dropped.extend(Dropped("gallery", f"{group}/{n}", scan.bad_images.get(n, "not available")) for n in names if n not in index)
+    base = scan.root.resolve()
+    rel_paths = [os.path.relpath(scan.images[n], base) for n in image_ids]
+    content = {
+        "format": getattr(module, "FORMAT_VERSION", "1"),
+        "options": {k: v for k, v in dataclasses.asdict(options).items() if k in getattr(module, "CONTENT_OPTIONS", ())},
+        "images": [[n, p, os.stat(scan.images[n]).st_size] for n, p in zip(image_ids, rel_paths)],
+        "splits": [[s.sample_ids, s.reference.tolist(), s.texts, s.target.tolist()] for s in (train, val)],
+        "gallery": {g: v.tolist() for g, v in sorted(gallery.items())},
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
+    protocol, summarize = module.protocol(options)
+    return CIRDataset(
+        name=name,
+        key=f"{name}-{digest}",
+        image_ids=image_ids,
+        images=FileImages([scan.images[n] for n in image_ids], image_size),
+        train=train,
+        val=val,
+        gallery=gallery,
+        protocol=protocol,
+        summarize=summarize,
+        info={
+            "data_root": str(scan.root),
+            "options": dataclasses.asdict(options),
+            "problems": [p.as_dict() for p in scan.problems],
+            "dropped": [dataclasses.asdict(d) for d in dropped],
+        },
+    )
+
+
+class FileDatasetLoader:
+    """A registry entry for a dataset read from the user's files (see the module docstring);
+    the dataset module is imported on first use."""
+
+    def __init__(self, name: str, description: str, module: str) -> None:
+        self.name, self.description, self._module_name = name, description, module
+
+    @property
+    def module(self) -> ModuleType:
+        """The dataset module (``Options``, ``scan``, ``protocol``)."""
+        return importlib.import_module(self._module_name)
+
+    def parse_options(self, options: Mapping[str, str] | None) -> Any:
+        """The typed options of this dataset (ConfigError on an unknown key or a bad value)."""
+        return parse_options(self.module.Options, options or {}, self.name)
+
+    def check(self, data_root: Path | str | None, options: Mapping[str, str] | None, cache_dir: Path | None) -> CheckReport:
+        """Every problem with the dataset's files (including splits a run does not read, such
+        as CIRR's test1, when the module scans them for checks)."""
+        opts = self.parse_options(options)
+        root = resolve_data_root(self.name, data_root)
+        scan = self.module.scan(root, opts, for_check=True)
+        scan.decode_images(cache_dir)
+        return CheckReport(self.name, root, scan.problems, scan.counts)
+
+    def _load(self, scan_fn: str, cache_dir: Path, data_root: Path | None, options: Mapping[str, str] | None,
+              allow_missing: bool) -> CIRDataset:
+        opts = self.parse_options(options)
+        root = resolve_data_root(self.name, data_root)
+        scan = getattr(self.module, scan_fn)(root, opts)
+        scan.decode_images(cache_dir)
+        report = CheckReport(self.name, root, scan.problems, scan.counts)
+        if report.fatal or (report.problems and not allow_missing):
+            raise DatasetProblemsError(report)
+        return assemble(scan, self.name, self.module, opts, opts.image_size)
+
+    def __call__(
+        self,
+        cache_dir: Path,
+        data_root: Path | None,
+        options: Mapping[str, str] | None = None,
+        allow_missing: bool = False,
+    ) -> CIRDataset:
+        """Load the dataset (train and validation splits); refuses one with problems unless
+        ``allow_missing``, and always refuses fatal problems."""
+        return self._load("scan", cache_dir, data_root, options, allow_missing)
+
+    def load_test(
+        self, cache_dir: Path, data_root: Path | None, options: Mapping[str, str] | None = None, allow_missing: bool = False
+    ) -> CIRDataset:
+        """The dataset's unlabelled test split as the ``val`` split of a dataset (targets -1,
+        gallery = the test images), for writing submission files."""
+        if not hasattr(self.module, "scan_test"):
+            raise ValueError(f"dataset {self.name!r} has no test split that cirbench can predict")
+        return self._load("scan_test", cache_dir, data_root, options, allow_missing)
