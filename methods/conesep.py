@@ -1,0 +1,378 @@
+"""ConeSep (Li et al., CVPR 2026): cone-based robust noise-unlearning for composed image
+retrieval under noisy triplet correspondence. Paper: ``shared/papers/conesep-paper.txt``;
+how each part maps onto this file, the switches and the ablation grid: ``docs/conesep.md``.
+
+Three modules, run in every training step:
+
+- **GFQ** (Sec. 3.2): a noise boundary ``B`` from ``K`` random reference/target images
+  drawn in the image tower's input space and texts sampled from the batch (Eq. 2); the
+  fidelity of each sample from its composed-target similarity and ``B`` (Eq. 3); the batch
+  split into kept-clean and noisy by ``omega``. The noise score is the inverted fidelity.
+- **NBL** (Sec. 3.3): a learnable negative prompt (a copy of the query tokens) gives the
+  diagonal negative composition ``F_neg``; the target-oriented sigmoid loss (Eq. 6) and the
+  query-oriented interval loss (Eq. 7); objective Eq. 8 for the first ``N`` epochs.
+- **BTU** (Sec. 3.4): the B x 2B cost ``[C+ | C-]`` (Eq. 9) with blocked paths, entropic
+  OT by log-domain Sinkhorn (Eq. 10, :func:`cirbench.ot.sinkhorn_log`), the soft label
+  ``Y = gamma P + (1 - gamma) L`` (Eq. 11), the KL unlearning loss (Eq. 12), objective
+  Eq. 13 after warm-up. The robust contrastive loss (Eq. 4) runs throughout.
+
+Similarity everywhere a composed feature meets a target is the BLIP-2 max over target
+tokens (:func:`max_token_similarity`); between two composed features (``F_c`` vs ``F_neg``)
+it is the cosine of the whole vectors. Inference is the plain composed query, as in SPRC.
+
+Where the paper is ambiguous or disagrees with the released code (all documented in
+``docs/conesep.md``): Eq. 3 as printed and the release's fidelity are both available
+(``fidelity_variant``); Eq. 7 is used as printed (interval ``[-alpha2, -alpha1]``); the
+logits of Eq. 12 are divided by ``tau`` like every other similarity in the paper; the OT
+plan is row-normalised before mixing with ``L`` (as in the release) so ``Y`` is a
+distribution, and, unlike the release, ``Y`` is not passed through another softmax.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+from cirbench.losses import robust_contrastive
+from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
+from cirbench.ot import sinkhorn_log
+
+FidelityVariant = Literal["eq3", "release"]
+TargetMatrix = Literal["paper", "ones", "minus_ones", "zeros"]
+BoundarySampling = Literal["gaussian", "uniform", "laplace", "empirical"]
+
+# Negated phrasings for the negative branch's text when it has no prompt of its own
+# (``negative_prompt = False``) or when ``negation_template`` asks for them, as the release does.
+NEGATION_TEMPLATES: tuple[str, ...] = (
+    "the image does not show",
+    "there is no",
+    "the picture lacks",
+    "the scene contains no",
+    "nothing in the image shows",
+    "the image is without",
+)
+
+
+@dataclass
+class ConeSepConfig(MethodConfig):
+    """ConeSep's hyperparameters (paper names, Section 4.1 defaults) and ablation switches.
+
+    Hyperparameters: ``K`` random samples for the boundary, temperature ``tau``, fidelity
+    threshold ``omega``, OT/hard-label balance ``gamma``, loss weights ``zeta`` (L_intra),
+    ``nu`` (L_inter), ``kappa`` (L_ul), ``warmup_epochs`` (the paper's N; not given in the
+    paper, 2 as in the release), Sinkhorn ``epsilon``, ``sinkhorn_iterations`` and the early
+    stop ``sinkhorn_tol`` on the relative row-marginal error (0.03, 100 and 1e-4 as in the
+    release, which stops on a 1e-4 change of its potentials; the paper gives none and says
+    Sinkhorn converges in 10-20 iterations).
+
+    ``fidelity_variant``: ``eq3`` = Eq. 3 as printed, ``F = x^2 (x - 1)`` with
+    ``x = relu(s - B)``, clean iff ``F >= omega``; ``release`` = the public code, ``x``
+    divided by the batch maximum, ``f = x^2 (1 - x^2)``, and the ``int(omega * batch)``
+    lowest-fidelity samples of every batch flagged noisy (``omega`` is then a share).
+
+    Ablations (Table 3 rows in brackets; all True / ``paper`` / ``gaussian`` is the full
+    method): ``random_reference`` [2], ``random_target`` [1], ``random_text`` [3] (off: real
+    batch values in the boundary estimate), ``boundary`` [4] (off: B = 0), ``fidelity`` [5]
+    (off: the margin ``x`` itself is the fidelity), ``target_matrix`` [6-8] (T all ones,
+    all minus ones, all zeros), ``query_loss`` [9] (L_intra), ``negative_prompt`` [10] (off:
+    the negative branch uses the shared query tokens and a negated text),
+    ``ot_negative`` [11] (off: C- is a constant, so F_neg does not steer the plan), ``ot``
+    [12] (off: Y = L), ``unlearning`` [13] (L_ul), ``rcl`` [14] (L_robust);
+    ``boundary_sampling`` (Tables 5-6) and ``K`` (Fig. 8).
+    """
+
+    K: int = 4
+    tau: float = 0.07
+    omega: float = 0.5
+    gamma: float = 0.7
+    zeta: float = 0.5
+    nu: float = 0.5
+    kappa: float = 0.5
+    warmup_epochs: int = 2
+    epsilon: float = 0.03
+    sinkhorn_iterations: int = 100
+    sinkhorn_tol: float = 1e-4
+    fidelity_variant: FidelityVariant = "release"
+    boundary_sampling: BoundarySampling = "gaussian"
+    random_reference: bool = True
+    random_target: bool = True
+    random_text: bool = True
+    boundary: bool = True
+    fidelity: bool = True
+    target_matrix: TargetMatrix = "paper"
+    query_loss: bool = True
+    negative_prompt: bool = True
+    negation_template: bool = False
+    ot_negative: bool = True
+    ot: bool = True
+    unlearning: bool = True
+    rcl: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {
+            "K": self.K >= 1, "tau": self.tau > 0, "gamma": 0.0 <= self.gamma <= 1.0,
+            "zeta": self.zeta >= 0, "nu": self.nu >= 0, "kappa": self.kappa >= 0,
+            "warmup_epochs": self.warmup_epochs >= 0, "epsilon": self.epsilon > 0,
+            "sinkhorn_iterations": self.sinkhorn_iterations >= 1, "sinkhorn_tol": self.sinkhorn_tol >= 0,
+            "omega": self.fidelity_variant != "release" or 0.0 <= self.omega <= 1.0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"conesep: invalid value for {', '.join(bad)} ({', '.join(f'{b}={getattr(self, b)!r}' for b in bad)})")
+        choices = {
+            "fidelity_variant": ("eq3", "release"), "target_matrix": ("paper", "ones", "minus_ones", "zeros"),
+            "boundary_sampling": ("gaussian", "uniform", "laplace", "empirical"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"conesep: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+
+
+# ----------------------------------------------------------------------------- GFQ
+
+
+def sample_images(kind: BoundarySampling, count: int, shape: tuple[int, ...], generator: torch.Generator,
+                  device: torch.device) -> torch.Tensor:
+    """``count`` random images of ``shape`` in the tower's input space, unit variance:
+    N(0, 1), uniform on [-sqrt 3, sqrt 3], or Laplace with scale 1/sqrt 2."""
+    size = (count, *shape)
+    if kind == "gaussian":
+        return torch.randn(size, generator=generator, device=device)
+    u = torch.rand(size, generator=generator, device=device)
+    if kind == "uniform":
+        return (2.0 * u - 1.0) * math.sqrt(3.0)
+    if kind == "laplace":
+        centred = (u - 0.5).clamp(-0.5 + 1e-7, 0.5 - 1e-7)
+        return -torch.sign(centred) * torch.log1p(-2.0 * centred.abs()) / math.sqrt(2.0)
+    raise ValueError(f"conesep: cannot sample images from {kind!r}")
+
+
+def fidelity_eq3(sim_diag: torch.Tensor, boundary: float, apply_function: bool = True) -> torch.Tensor:
+    """Eq. 3 as printed: ``x^2 (x - 1)`` with ``x = relu(s_ct - B)``; ``x`` itself if
+    ``apply_function`` is False (the "w/o Fidelity" ablation)."""
+    x = F.relu(sim_diag - boundary)
+    return x.pow(2) * (x - 1.0) if apply_function else x
+
+
+def fidelity_release(sim_diag: torch.Tensor, boundary: float, apply_function: bool = True) -> torch.Tensor:
+    """The released code: ``x = relu(s_ct - B) / max``, then ``x^2 (1 - x^2)`` (which is 0 at
+    both ``x = 0`` and ``x = 1``); ``x`` itself if ``apply_function`` is False."""
+    x = F.relu(sim_diag - boundary)
+    x = x / x.max().clamp_min(1e-12)
+    return x.pow(2) * (1.0 - x.pow(2)) if apply_function else x
+
+
+def partition(fidelity: torch.Tensor, omega: float, variant: FidelityVariant) -> torch.Tensor:
+    """Kept-clean flags (B,): ``fidelity >= omega`` (``eq3``), or all but the
+    ``int(omega * B)`` lowest-fidelity samples (``release``)."""
+    if variant == "eq3":
+        return fidelity >= omega
+    clean = torch.ones_like(fidelity, dtype=torch.bool)
+    flagged = int(omega * fidelity.shape[0])
+    if flagged > 0:
+        clean[torch.topk(fidelity, flagged, largest=False).indices] = False
+    return clean
+
+
+# ----------------------------------------------------------------------------- NBL
+
+
+def target_matrix(kind: TargetMatrix, size: int, device: torch.device) -> torch.Tensor:
+    """The matrix T of Eq. 6: +1 on the diagonal and -1 off it (``paper``), or constant."""
+    if kind == "paper":
+        return 2.0 * torch.eye(size, device=device) - 1.0
+    value = {"ones": 1.0, "minus_ones": -1.0, "zeros": 0.0}[kind]
+    return torch.full((size, size), value, device=device)
+
+
+def target_oriented_loss(neg_sim: torch.Tensor, clean: torch.Tensor, T: torch.Tensor, tau: float) -> torch.Tensor:
+    """Eq. 6: ``sum_{i clean} sum_j log(1 + exp(T_ij s(F_neg^i, F_t^j) / tau)) / (|clean| B)``,
+    with ``neg_sim`` indexed [query i, target j]. Zero when nothing is kept clean."""
+    per_row = F.softplus(T * neg_sim / tau).mean(dim=1)
+    weights = clean.to(per_row.dtype)
+    return (per_row * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def query_oriented_loss(composed: torch.Tensor, negative: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+    """Eq. 7 as printed: ``mean_{i clean} relu(s_n + alpha1) + relu(-alpha2 - s_n)`` with
+    ``s_n = cos(F_c^i, F_neg^i)``; ``alpha1`` (``alpha2``) is the mean of the negative
+    (positive) cosines between every composed and every negative feature of the batch
+    (0 if there are none), taken as constants. The loss is zero inside [-alpha2, -alpha1]."""
+    s_n = (composed * negative).sum(dim=-1)
+    with torch.no_grad():
+        all_pairs = composed @ negative.T
+        neg, pos = all_pairs < 0, all_pairs > 0
+        alpha1 = (all_pairs * neg).sum() / neg.sum().clamp_min(1)
+        alpha2 = (all_pairs * pos).sum() / pos.sum().clamp_min(1)
+    per_row = F.relu(s_n + alpha1) + F.relu(-alpha2 - s_n)
+    weights = clean.to(per_row.dtype)
+    return (per_row * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+# ----------------------------------------------------------------------------- BTU
+
+
+def unlearning_mask(clean: torch.Tensor) -> torch.Tensor:
+    """The blocked paths M of Eq. 9-10, (B, 2B) bool: a noisy row cannot reach its own
+    target (column i), a clean row cannot reach its own negative boundary (column i + B)."""
+    size = clean.shape[0]
+    eye = torch.eye(size, dtype=torch.bool, device=clean.device)
+    return torch.cat([eye & ~clean.unsqueeze(1), eye & clean.unsqueeze(1)], dim=1)
+
+
+def hard_label(clean: torch.Tensor) -> torch.Tensor:
+    """The hard label L (B, 2B): a one at column i for a clean row, at column i + B for a
+    noisy row (the noisy sample is sent to its negative boundary)."""
+    size = clean.shape[0]
+    eye = torch.eye(size, device=clean.device)
+    keep = clean.to(eye.dtype).unsqueeze(1)
+    return torch.cat([eye * keep, eye * (1.0 - keep)], dim=1)
+
+
+def unlearning_cost(sim: torch.Tensor, composed: torch.Tensor, negative: torch.Tensor, use_negative: bool) -> torch.Tensor:
+    """Eq. 9: ``[C+ | C-]`` with ``C+ = 1 - s(F_c^i, F_t^j)`` and ``C- = 1 - cos(F_c^i,
+    F_neg^j)``; with ``use_negative`` False, C- is the constant 1 (an orthogonal anchor)."""
+    negative_cost = 1.0 - composed @ negative.T if use_negative else torch.ones_like(sim)
+    return torch.cat([1.0 - sim, negative_cost], dim=1)
+
+
+def soft_label(cost: torch.Tensor, clean: torch.Tensor, gamma: float, epsilon: float, iterations: int,
+               use_ot: bool = True, tol: float = 0.0) -> torch.Tensor:
+    """Eq. 11: ``Y = gamma P + (1 - gamma) L`` with ``P`` the masked entropic OT plan
+    (uniform marginals), row-normalised so each row of ``Y`` sums to 1; ``Y = L`` if not
+    ``use_ot``; ``tol`` is the solver's early stop."""
+    label = hard_label(clean)
+    if not use_ot:
+        return label
+    plan = sinkhorn_log(cost, epsilon, iterations, blocked=unlearning_mask(clean), tol=tol)
+    plan = plan / plan.sum(dim=1, keepdim=True).clamp_min(1e-30)
+    return gamma * plan + (1.0 - gamma) * label
+
+
+def unlearning_loss(logits: torch.Tensor, label: torch.Tensor, tau: float) -> torch.Tensor:
+    """Eq. 12: ``KL(Y || softmax([s(F_c, F_t), s(F_neg, F_t)] / tau))``, mean over rows."""
+    return F.kl_div(F.log_softmax(logits / tau, dim=1), label, reduction="batchmean")
+
+
+# ----------------------------------------------------------------------------- the method
+
+
+class ConeSep(Method):
+    """ConeSep: GFQ partition, NBL warm-up, BTU unlearning (see the module docstring)."""
+
+    name = "conesep"
+    version = "1"
+    paper = "Li et al., ConeSep: Cone-based Robust Noise-Unlearning Compositional Network for CIR, CVPR 2026"
+    Config = ConeSepConfig
+    partitions = True
+
+    def __init__(self, backbone: Backbone, config: ConeSepConfig, context: TrainingContext) -> None:
+        super().__init__(backbone, config, context)
+        if config.negative_prompt:
+            self.negative_prompt = nn.Parameter(backbone.query_tokens.detach().clone())
+        self.generator = torch.Generator(device=context.device)
+        self.generator.manual_seed(int(context.seed) + 104729)
+
+    # --- features
+
+    def negative_queries(self) -> torch.Tensor:
+        """The negative branch's query tokens: the learnable negative prompt, or the
+        backbone's own query tokens for the "w/o neg-prompt" ablation."""
+        return self.negative_prompt if self.config.negative_prompt else self.backbone.query_tokens
+
+    def negative_text(self, batch: Batch) -> TextBatch:
+        """The negative branch's text: the batch's, or each text behind a negated phrase."""
+        if self.config.negative_prompt and not self.config.negation_template:
+            return batch.text
+        pick = torch.randint(len(NEGATION_TEMPLATES), (len(batch),), generator=self.generator, device=self.generator.device)
+        texts = [f"{NEGATION_TEMPLATES[k]} {t}" for k, t in zip(pick.tolist(), batch.texts)]
+        return self.backbone.tokenize(texts).to(batch.reference.device)
+
+    def composed_and_negative(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """F_c and F_neg (B, E) each, from one composer pass over the doubled batch."""
+        size = len(batch)
+        queries = torch.cat([self.backbone.expand_queries(size), self.backbone.expand_queries(size, self.negative_queries())])
+        texts = TextBatch.cat([batch.text, self.negative_text(batch)])
+        both = self.backbone.composed_feature(torch.cat([batch.reference, batch.reference]), texts, queries=queries)
+        return both[:size], both[size:]
+
+    # --- GFQ
+
+    def _indices(self, size: int, count: int, device: torch.device) -> torch.Tensor:
+        if count <= size:
+            return torch.randperm(size, generator=self.generator, device=self.generator.device)[:count].to(device)
+        return torch.randint(size, (count,), generator=self.generator, device=self.generator.device).to(device)
+
+    @torch.no_grad()
+    def estimate_boundary(self, batch: Batch) -> float:
+        """Eq. 2: the mean similarity of ``K`` compositions of random references and batch
+        texts to random targets (or real batch values where an ablation switches one off;
+        ``empirical`` = independently shuffled real references, texts and targets)."""
+        cfg, size, device = self.config, len(batch), batch.reference.device
+        idx = self._indices(size, cfg.K, device)
+        if cfg.boundary_sampling == "empirical":
+            reference = batch.reference[self._indices(size, cfg.K, device)]
+            target = batch.target[self._indices(size, cfg.K, device)]
+            text = batch.text.select(self._indices(size, cfg.K, device))
+        else:
+            shape, gen_device = tuple(self.backbone.image_shape), self.generator.device
+
+            def random_tokens() -> torch.Tensor:
+                images = sample_images(cfg.boundary_sampling, cfg.K, shape, self.generator, gen_device)
+                return self.backbone.encode_image_tokens(images.to(device))
+
+            reference = random_tokens() if cfg.random_reference else batch.reference[idx]
+            target = random_tokens() if cfg.random_target else batch.target[idx]
+            text = batch.text.select(self._indices(size, cfg.K, device) if cfg.random_text else idx)
+        composed = self.backbone.composed_feature(reference, text)
+        targets = self.backbone.target_features(target)
+        return float(max_token_similarity(composed, targets).diagonal().mean())
+
+    def fidelity_scores(self, sim_diag: torch.Tensor, boundary: float) -> torch.Tensor:
+        """Eq. 3 (or the release's variant) for each sample of the batch."""
+        fn = fidelity_eq3 if self.config.fidelity_variant == "eq3" else fidelity_release
+        return fn(sim_diag, boundary, self.config.fidelity)
+
+    # --- the step
+
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        cfg = self.config
+        composed, negative = self.composed_and_negative(batch)
+        targets = self.backbone.target_features(batch.target)
+        sim = max_token_similarity(composed, targets)
+        neg_sim = max_token_similarity(negative, targets)
+        boundary = self.estimate_boundary(batch) if cfg.boundary else 0.0
+        fidelity = self.fidelity_scores(sim.diagonal().detach(), boundary)
+        clean = partition(fidelity, cfg.omega, cfg.fidelity_variant)
+
+        none = sim.sum() * 0.0  # a disabled term: zero, but attached to the graph
+        parts = {
+            "robust": robust_contrastive(sim, cfg.tau) if cfg.rcl else none,
+            "intra": query_oriented_loss(composed, negative, clean) if cfg.query_loss else none,
+        }
+        if epoch < cfg.warmup_epochs:
+            T = target_matrix(cfg.target_matrix, len(batch), sim.device)
+            parts["inter"] = target_oriented_loss(neg_sim, clean, T, cfg.tau)
+            loss = parts["robust"] + cfg.zeta * parts["intra"] + cfg.nu * parts["inter"]
+        else:
+            if cfg.unlearning:
+                with torch.no_grad():
+                    cost = unlearning_cost(sim, composed, negative, cfg.ot_negative)
+                    label = soft_label(cost, clean, cfg.gamma, cfg.epsilon, cfg.sinkhorn_iterations, cfg.ot, cfg.sinkhorn_tol)
+                parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau)
+            else:
+                parts["ul"] = none
+            loss = parts["robust"] + cfg.kappa * parts["ul"] + cfg.zeta * parts["intra"]
+
+        components = {k: float(v.detach()) for k, v in parts.items()}
+        components.update(
+            boundary=boundary, clean_share=float(clean.float().mean()),
+            cos_query_negative=float((composed * negative).sum(-1).mean().detach()),
+        )
+        return StepOutput(loss, components, noise_score=-fidelity, selected_clean=clean)
