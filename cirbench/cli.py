@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -37,21 +38,52 @@ def run(
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds."),
     dataset: str = typer.Option("shapes", "--dataset", "-d", help="Dataset name (see `cirbench list datasets`)."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of a dataset's files (FashionIQ, CIRR)."),
+    dataset_option: list[str] = typer.Option(
+        [], "--dataset-option", help="Dataset option key=value, e.g. categories=dress or reference=keep; repeatable."
+    ),
+    allow_missing: bool = typer.Option(
+        False, "--allow-missing", help="Accept a dataset with missing or broken samples: they are dropped, listed and recorded."
+    ),
+    save: bool = typer.Option(False, "--save", help="Save each cell's trained weights under <output>/checkpoints/."),
     backbone: str = typer.Option("tiny", "--backbone", "-b", help="Backbone name (see `cirbench list backbones`)."),
     weights: Optional[str] = typer.Option(None, "--weights", help="Backbone weights: a local directory or tag."),
     noise_protocol: str = typer.Option("thirds", "--noise-protocol", help="Noise protocol (see `cirbench list noise`)."),
     epochs: int = typer.Option(6, "--epochs", help="Training epochs per cell."),
-    batch_size: int = typer.Option(128, "--batch-size", help="Training batch size."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Training batch size (the papers use 128 on BLIP-2)."),
     output: Path = typer.Option(Path("results"), "--output", "-o", help="Results directory (parquet tables)."),
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),
     set_: list[str] = typer.Option([], "--set", help="Hyperparameter override <method>.<key>=<value>; repeatable."),
     plugin: list[Path] = typer.Option([], "--plugin", help="A Python file defining a method plugin; repeatable."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Redo cells that are already complete."),
-    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda."),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda (under torchrun: cuda:<LOCAL_RANK>)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, or bf16: the backbone's passes autocast to bfloat16 (losses stay float32)."),
+    features: str = typer.Option(
+        "cache", "--features", help="cache: frozen-tower tokens computed once and stored; online: recomputed every time."
+    ),
+    decode_workers: int = typer.Option(0, "--decode-workers", help="With --features online: DataLoader workers decoding images."),
+    gradient_checkpointing: bool = typer.Option(
+        False, "--gradient-checkpointing", help="Recompute the composer's activations during backward (less memory)."
+    ),
+    launcher: str = typer.Option(
+        "none", "--launcher", help="none (run here; under torchrun all ranks train each cell), local or slurm (one job per cell)."
+    ),
+    gpus_per_cell: int = typer.Option(0, "--gpus-per-cell", help="With --launcher: GPUs per job; more than 1 trains the cell with DDP."),
+    scheduler_option: list[str] = typer.Option(
+        [], "--scheduler-option", help="With --launcher: a submitit parameter key=value, e.g. slurm_partition=gpu, timeout_min=600."
+    ),
+    report_: bool = typer.Option(False, "--report", help="Build the report (see `cirbench report`) after the grid."),
+    report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
     """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
+    from cirbench.engine.distributed import init_distributed
     from cirbench.engine.grid import Grid, GridError, GridSpec
+    from cirbench.engine.precision import PRECISIONS
 
+    if precision not in PRECISIONS or launcher not in ("none", "local", "slurm") or features not in ("cache", "online"):
+        _fail(f"--precision must be one of {', '.join(PRECISIONS)}, --features cache or online, --launcher none, local or slurm")
+    if launcher == "none":
+        dist_env, device = init_distributed(device)
+        console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
     try:
         spec = GridSpec(
             methods=_split(methods, str, "--methods"), noise_rates=_split(noise, float, "--noise"),
@@ -59,6 +91,9 @@ def run(
             noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output,
             cache_dir=cache_dir, data_root=data_root, overrides=parse_overrides(list(set_)),
             plugin_files=list(plugin), overwrite=overwrite, device=device,
+            dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save,
+            precision=precision, gradient_checkpointing=gradient_checkpointing, features=features,
+            decode_workers=decode_workers,
         )
         grid = Grid(spec)
     except (GridError, ConfigError) as exc:
@@ -66,6 +101,15 @@ def run(
         return
     for problem in grid.discovery.problems:
         console.print(f"[yellow]warning:[/] {problem}")
+    _prepare_file_dataset(grid)
+    if launcher != "none":
+        from cirbench.launch import submit_from_cli
+
+        try:
+            code = submit_from_cli(spec, launcher, gpus_per_cell, scheduler_option, console)
+        except (ValueError, ImportError) as exc:
+            _fail(str(exc))
+        raise typer.Exit(code)
 
     outcomes = []
     with Progress(
@@ -81,7 +125,7 @@ def run(
                 if "loss" in info:
                     state["loss"] = info["loss"]
                 if "recall" in info:
-                    state["r10"] = info["recall"].get("all", {}).get("recall@10", math.nan)
+                    state["r10"] = info["recall"].get("all", info["recall"].get("average", {})).get("recall@10", math.nan)
                 progress.update(
                     task, total=info["total_steps"], completed=info["step"] + ("recall" not in info),
                     status=f"epoch {info['epoch'] + 1}  loss {state['loss']:.3f}  R@10 {state['r10']:.3f}",
@@ -95,8 +139,59 @@ def run(
             outcomes.append(outcome)
 
     _summary(grid, outcomes)
+    if report_:
+        _build_report(output, report_dir)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _dataset_options(entries: list[str]) -> dict[str, str]:
+    out = {}
+    for entry in entries:
+        key, eq, value = entry.partition("=")
+        if not eq or not key.strip():
+            raise typer.BadParameter(f"{entry!r}: expected key=value, e.g. categories=dress", param_hint="--dataset-option")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _print_problems(problems: list, limit: int) -> None:
+    table = Table(show_header=True)
+    for column in ("file", "entry", "problem"):
+        table.add_column(column, overflow="fold")
+    shown = problems if limit <= 0 else problems[:limit]
+    for p in shown:
+        table.add_row(escape(p.file), escape(p.entry), ("[red]fatal:[/] " if p.fatal else "") + escape(p.problem))
+    console.print(table)
+    if len(shown) < len(problems):
+        console.print(f"... and {len(problems) - len(shown)} more (use --limit 0 or --json FILE to see all)")
+
+
+def _prepare_file_dataset(grid) -> None:
+    """Load a file-backed dataset before any cell runs: one that fails its check stops the
+    run here, and samples dropped under --allow-missing are listed."""
+    from cirbench.data.check import DatasetProblemsError
+    from cirbench.data.registry import DATASETS
+
+    if not hasattr(DATASETS.get(grid.spec.dataset), "check"):
+        return
+    try:
+        dataset = grid.dataset()
+    except DatasetProblemsError as exc:
+        _print_problems(exc.report.problems, 30)
+        _fail(str(exc).split(":\n", 1)[0])
+        return
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+        return
+    dropped = dataset.info.get("dropped") or []
+    if dropped:
+        console.print(f"[yellow]warning:[/] --allow-missing: {len(dropped)} samples or gallery images dropped "
+                      f"(full list in {grid.dropped_path}, recorded in the runs table):")
+        for d in dropped[:20]:
+            console.print(escape(f"  {d['split']} {d['sample']}: {d['reason']}"))
+        if len(dropped) > 20:
+            console.print(f"  ... and {len(dropped) - 20} more")
 
 
 def _summary(grid, outcomes) -> None:
@@ -107,7 +202,8 @@ def _summary(grid, outcomes) -> None:
         table.add_column(column, justify="right" if column not in ("method", "status") else "left")
     for o in outcomes:
         k = o.cell.key
-        m = metrics[(metrics.run_id == k.run_id) & (metrics.group == "all")]
+        m = metrics[metrics.run_id == k.run_id]
+        m = m[m.group == ("average" if (m.group == "average").any() else "all")]  # FashionIQ: category average
         last = m[m.epoch == m.epoch.max()] if len(m) else m
         value = dict(zip(last.metric, last.value))
         p = purity[(purity.run_id == k.run_id) & (purity.noise_type == "all")]
@@ -119,6 +215,100 @@ def _summary(grid, outcomes) -> None:
             fmt(float(p.purity.iloc[0]) if len(p) else None), fmt(float(p.auroc.iloc[0]) if len(p) else None),
         )
     console.print(table)
+
+
+def _build_report(results: Path, output: Path) -> bool:
+    from cirbench.report import ReportError, build_report
+
+    try:
+        page = build_report(results, output)
+    except ReportError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return False
+    console.print(f"report written: {page} and {output / 'report.md'}")
+    return True
+
+
+@app.command()
+def report(
+    results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
+    output: Path = typer.Option(Path("reports"), "--output", "-o", help="Where the figures, report.md and index.html go."),
+) -> None:
+    """Build the report of a results directory: PNG figures, report.md and a self-contained index.html."""
+    if not _build_report(results, output):
+        raise typer.Exit(2)
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Check dataset files.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("check")
+def data_check(
+    dataset: str = typer.Argument(..., help="Dataset name: fashioniq or cirr."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of the dataset's files."),
+    dataset_option: list[str] = typer.Option([], "--dataset-option", help="Dataset option key=value; repeatable."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the per-image decode verdicts are cached."),
+    limit: int = typer.Option(50, "--limit", help="Problems to print (0: all)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report as JSON to this file."),
+) -> None:
+    """Validate a dataset's files: JSON syntax, fields, split membership, image files, duplicates, paths."""
+    from cirbench.data.check import check_dataset
+
+    try:
+        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir)
+    except (KeyError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    if json_out is not None:
+        import json
+
+        from cirbench.results.atomic import atomic_write_text
+
+        atomic_write_text(json.dumps(report.as_dict(), indent=1), json_out)
+    counts = ", ".join(f"{k} {v}" for k, v in report.counts.items())
+    if report.ok:
+        console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
+        return
+    _print_problems(report.problems, limit)
+    kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
+    console.print(f"[bold red]{dataset} at {report.root}: {len(report.problems)} problem(s)[/] ({kinds}; "
+                  f"{len(report.fatal)} fatal); read: {counts}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def predict(
+    run_id: str = typer.Argument(..., help="A run saved with `run --save` (its run id, or a checkpoint file)."),
+    results: Path = typer.Option(Path("results"), "--results", "-r", help="The run's results directory."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="CIRR root (default: the run's)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: <results>/predictions/<run_id>/."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where feature caches live."),
+    device: str = typer.Option("cpu", "--device", help="torch device."),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A Python file defining the run's method; repeatable."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Accept missing test1 images (incomplete submission)."),
+) -> None:
+    """Write the CIRR test1 submission files (recall and recall_subset) of a trained run."""
+    from cirbench.checkpoint import CheckpointError
+    from cirbench.data.check import DatasetProblemsError
+    from cirbench.predict import predict_cirr
+
+    checkpoint = Path(run_id) if Path(run_id).suffix == ".pt" else results / "checkpoints" / f"{run_id}.pt"
+    name = checkpoint.stem
+    try:
+        paths = predict_cirr(
+            checkpoint, data_root, cache_dir, output or results / "predictions" / name, device, list(plugin),
+            allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
+        )
+    except DatasetProblemsError as exc:
+        _print_problems(exc.report.problems, 30)
+        _fail(str(exc).split(":\n", 1)[0])
+        return
+    except (CheckpointError, KeyError, ValueError, OSError) as exc:
+        _fail(str(exc))
+        return
+    for path in paths:
+        console.print(f"wrote {path}")
 
 
 @app.command("list")

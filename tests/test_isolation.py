@@ -55,8 +55,10 @@ def test_batches_and_context_carry_no_flags(cache_dir: Path) -> None:
     for value in [*vars(batch).values(), *vars(context).values()]:
         assert not isinstance(value, (NoiseManifest, pd.DataFrame))
     # the method trains on the corrupted split: its texts are the noisy ones
-    texts = [t for b, _ in Spy.seen for t in b.texts]
-    assert sorted(texts) == sorted(noisy.texts) and sorted(texts) != sorted(ds.train.texts)
+    seen = {int(i): t for b, _ in Spy.seen for i, t in zip(b.index.tolist(), b.texts)}
+    assert len(seen) == len(noisy)
+    assert [seen[i] for i in range(len(noisy))] == list(noisy.texts)
+    assert [seen[i] for i in range(len(noisy))] != list(ds.train.texts)
 
 
 def test_oracle_gets_the_true_flags(cache_dir: Path) -> None:

@@ -31,3 +31,29 @@ class TinyFactory:
 
 BACKBONES: Registry[BackboneFactory] = Registry("backbone")
 BACKBONES.add("tiny", TinyFactory())
+
+
+class Blip2Factory:
+    """BLIP-2 through transformers (pip install 'cirbench[blip2]')."""
+
+    description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
+
+    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+        from cirbench.backbones.blip2 import Blip2Backbone
+
+        return Blip2Backbone.from_pretrained(weights)
+
+
+class ClipFactory:
+    """open_clip towers + a trainable composer (pip install 'cirbench[clip]')."""
+
+    description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
+
+    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+        from cirbench.backbones.clip import ClipBackbone
+
+        return ClipBackbone.from_weights(weights, seed=seed)
+
+
+BACKBONES.add("blip2", Blip2Factory())
+BACKBONES.add("clip", ClipFactory())

@@ -15,7 +15,9 @@ import torch
 from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
+from cirbench.engine import distributed
 from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, TrainingContext
 
@@ -99,15 +101,30 @@ def train_cell(
     seed: int,
     device: torch.device = torch.device("cpu"),
     progress: ProgressFn = lambda info: None,
+    precision: str = "fp32",
+    gradient_checkpointing: bool = False,
 ) -> TrainResult:
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
     manifest's flags are used here for purity and handed to the method only if it is an
     oracle.
+
+    Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this with
+    the same arguments; the backbone's passes are sharded across ranks and the result is
+    that of one process with the same global batch.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
+    use_precision(backbone, device, precision)  # bf16: the backbone's passes only (see cirbench.engine.precision)
+    if gradient_checkpointing:
+        if not hasattr(backbone, "gradient_checkpointing"):
+            raise ValueError(f"backbone {backbone.name!r} does not support gradient checkpointing")
+        backbone.gradient_checkpointing = True
+    parallel = distributed.is_distributed()
+    if parallel:
+        distributed.shard_backbone(backbone)
+        distributed.check_same_on_all_ranks(np.concatenate(epoch_batches(len(noisy_train), batch_size, seed, 0)), "batch orders")
     n = len(noisy_train)
     train_texts = backbone.tokenize(noisy_train.texts)
     val_texts = backbone.tokenize(dataset.val.texts)
@@ -123,6 +140,8 @@ def train_cell(
         device=device, iterate=iterate, noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
     )
     method = method_cls(backbone, config, context).to(device)
+    if parallel:
+        distributed.broadcast_parameters(method)
     optimizer, scheduler = build_optimizer(method, config, backbone, epochs * steps_per_epoch)
     is_noisy, noise_type = manifest.is_noisy, manifest.noise_type
 
@@ -141,6 +160,8 @@ def train_cell(
             out = method.training_step(batch, epoch, step)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
+            if parallel:
+                distributed.average_gradients(method.parameters())
             if config.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(method.parameters(), config.grad_clip)
             optimizer.step()
@@ -161,6 +182,8 @@ def train_cell(
             step += 1
 
         results = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
+        if parallel:
+            distributed.check_same_on_all_ranks(score, "per-sample noise scores")
         final = results
         metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
         has_partition = selected is not None and seen_selected.all()

@@ -1,0 +1,118 @@
+"""Distributed data parallel on the CPU: ``torchrun`` with two gloo processes trains a cell
+to the same losses, scores and metrics as one process with the same global batch, and
+writes the results once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from cirbench.cli import app
+from cirbench.engine.distributed import average_gradients, gather_rows, init_distributed, shard_range
+
+METHODS = "sprc,tme,conesep"
+
+
+@pytest.mark.parametrize(("n", "world"), [(10, 2), (7, 3), (2, 2), (5, 1)])
+def test_shards_cover_the_rows_in_order(n: int, world: int) -> None:
+    bounds = [shard_range(n, r, world) for r in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [stop - start for start, stop in bounds]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def _gather_worker(rank: int, world: int, port: int, out: Path) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    init_distributed("cpu")
+    torch.manual_seed(0)
+    layer, unused = torch.nn.Linear(4, 3), torch.nn.Parameter(torch.ones(2))
+    x = torch.randn(5, 4)
+    start, stop = shard_range(5, rank, world)
+    features = gather_rows(layer(x[start:stop]), 5)
+    loss = (features @ features.T).logsumexp(dim=1).mean() + layer.bias.sum()  # an in-batch term and a direct one
+    loss.backward()
+    average_gradients([*layer.parameters(), unused])
+    torch.save({"loss": loss.detach(), "weight": layer.weight.grad, "bias": layer.bias.grad, "unused": unused.grad}, out / f"{rank}.pt")
+
+
+def test_gathered_rows_give_the_one_process_gradient(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    torch.multiprocessing.spawn(_gather_worker, args=(2, port, tmp_path), nprocs=2)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    features = layer(x)
+    loss = (features @ features.T).logsumexp(dim=1).mean() + layer.bias.sum()
+    loss.backward()
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"{rank}.pt")
+        assert torch.allclose(got["loss"], loss.detach(), atol=1e-6)
+        assert torch.allclose(got["weight"], layer.weight.grad, atol=1e-6)
+        assert torch.allclose(got["bias"], layer.bias.grad, atol=1e-6)
+        assert got["unused"] is None  # no gradient anywhere: the optimiser must skip it, as in one process
+
+
+def _args(output: Path, data_dir: Path) -> list[str]:
+    # One epoch of four steps at a global batch of 150 (75 rows per rank). TME partitions
+    # from the first epoch on, so its epoch-level pass and GMM run sharded too. (Longer runs
+    # drift apart where a near-chance model meets Adam's normalised first steps: float
+    # summation order then decides the sign of near-zero updates.)
+    return ["run", "--methods", METHODS, "--noise", "0.5", "--dataset", "shapes-mini", "--epochs", "1",
+            "--batch-size", "150", "--output", str(output), "--cache-dir", str(data_dir),
+            "--set", "tme.warmup_qformer=0", "--set", "tme.warmup_last=0"]
+
+
+def _tables(output: Path) -> dict[str, pd.DataFrame]:
+    return {name: pd.read_parquet(output / name) for name in ("runs", "losses", "metrics", "purity", "scores")}
+
+
+def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = CliRunner().invoke(app, _args(tmp_path / "one", data_dir))
+    finally:
+        torch.set_num_threads(threads)
+    assert single.exit_code == 0, single.output
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "cirbench.cli", *_args(tmp_path / "two", data_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    one, two = _tables(tmp_path / "one"), _tables(tmp_path / "two")
+    assert len(two["runs"]) == len(METHODS.split(",")) and (two["runs"].status == "completed").all()
+    assert two["runs"].device.str.contains("x2 ranks").all() and not one["runs"].device.str.contains("ranks").any()
+    assert sorted(p.name for p in (tmp_path / "two" / "runs").iterdir()) == sorted(p.name for p in (tmp_path / "one" / "runs").iterdir())
+
+    keys = ["method", "epoch", "step", "name"]
+    losses = one["losses"].merge(two["losses"], on=keys, suffixes=("_1", "_2"))
+    assert len(losses) == len(one["losses"]) == len(two["losses"])
+    losses = losses[~losses.name.str.endswith("_seconds")]  # timings, logged beside the losses
+    np.testing.assert_allclose(losses.value_2, losses.value_1, rtol=1e-4, atol=1e-5)
+
+    scores = one["scores"].merge(two["scores"], on=["method", "epoch", "sample_id"], suffixes=("_1", "_2"))
+    assert set(scores.method) == {"tme", "conesep"} and len(scores) == len(one["scores"])
+    np.testing.assert_allclose(scores.score_2, scores.score_1, rtol=1e-4, atol=1e-5)
+    decided = scores.selected_clean_1.notna()
+    assert decided.sum() == 2 * 600 and (scores.selected_clean_1[decided] == scores.selected_clean_2[decided]).all()
+    purity = one["purity"].merge(two["purity"], on=["method", "epoch", "noise_type"], suffixes=("_1", "_2"))
+    np.testing.assert_allclose(purity.auroc_2, purity.auroc_1, atol=1e-4)
+
+    keys = ["method", "epoch", "group", "metric"]
+    metrics = one["metrics"].merge(two["metrics"], on=keys, suffixes=("_1", "_2"))
+    assert len(metrics) == len(one["metrics"]) > 0
+    np.testing.assert_allclose(metrics.value_2, metrics.value_1, atol=0.0051)  # at most one of 200 queries moves
