@@ -15,5 +15,5 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _two_threads() -> None:
-    torch.set_num_threads(2)
+def _one_thread() -> None:
+    torch.set_num_threads(1)

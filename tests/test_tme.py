@@ -23,16 +23,6 @@ N_SAMPLES, BATCH = 24, 8
 WORDS = "add remove red blue green circle square triangle large small left right top bottom".split()
 
 
-@pytest.fixture(autouse=True)
-def one_thread(_two_threads):
-    """One torch thread per test here (after conftest's two): on a shared, loaded 2-core CPU
-    two threads contend and the short run took 65 s instead of 8 s. Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tme_module():
     """The plugin module, loaded through discovery exactly as the harness loads it."""
