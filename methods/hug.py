@@ -1,0 +1,430 @@
+"""HUG: heterogeneous uncertainty-guided CIR with fine-grained Gaussian embeddings
+(Tang et al., AAAI 2026; equations as the release tanghme0w/AAAI26-HUG computes them).
+
+Representation. A query (reference, text) and a target are each K Gaussians, one per
+composer query token (K = ``backbone.num_query_tokens``). The mean of component k is the
+token's composer output through the backbone's ``vision_proj``, L2-normalised per
+component; both sides share that projection, as the release compares raw Q-Former states
+of both sides in one space. Query means come from the fused pass (queries + text +
+reference), target means from the image-only pass. Unlike the release, the means are
+trained (the composer learns through them); ``freeze_means`` computes them without
+gradient, which is the release's training signal (only the heads and ``a``, ``b`` learn).
+
+Uncertainty. Three heads, each one TransformerEncoderLayer (4 heads, FFN 4x, GELU, dropout
+0.1) then Linear-GELU-Dropout-Linear-Softplus, from ``hidden_size`` to ``embed_dim``, give a
+per-component, per-dimension standard deviation ``s``:
+
+- visual head, shared by both images: on the image-only pass of the reference (query side)
+  and of the target (the same pass that gives the target means);
+- text head: on the query-token outputs of a text-only pass (queries + text, no image);
+- multimodal coordination head: on the fused pass, the pass that gives the query means.
+
+By default the heads read the composer outputs detached: the composer learns through the
+means only, and the uncertainty passes that feed nothing else (reference image-only,
+text-only, the mismatched fused pass of the coordination loss) run without autograd; that,
+and drawing ``cord_pairs`` mismatched pairs per batch rather than one per sample, keeps a
+training step within 1.5x of SPRC's (``benchmarks/hug_cost.py``). ``heads_train_composer``
+is the paper's end-to-end reading instead: the heads' losses also reach the composer
+through the fused and target passes and the (then differentiable) mismatched pass.
+
+Units. The heads' ``v = s**2`` are in units of ``1 / embed_dim``, the per-dimension scale
+of a unit-norm mean, so they are O(1) like the release's variances over un-normalised
+768-d states: the dynamic weighting ``w_x = softmax_x(-v_x)`` (per component and
+dimension, x in {reference, text, multimodal}), the fine-grained and coordination losses
+and the noise score use ``v`` as is, and the Gaussian's variance in the embedding space is
+``v / embed_dim``. Unit-norm means keep the distance in ``[0, 4K]`` plus variances, the
+range in which the sigmoid loss with ``a = 1``, ``b = 0`` is neither flat nor saturated.
+
+Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
+
+- ``L_HC`` (paper Eq. 13): SigLIP-style sigmoid loss on the closed-form expected squared
+  distance ``d = sum ||mu_q - mu_c||^2 + sum var_q + sum var_c`` with learnable ``a``
+  (init 1) and ``b`` (init 0): positives ``-log S(-a d - b)``, negatives
+  ``-log S(a d + b)`` counted in both directions (query -> targets and target ->
+  queries), divided by the batch size.
+- ``L_FC``: InfoNCE (tau 0.07) on the variance vectors ``v`` of every component, centred
+  on the batch mean of their side and component (``fc_centre``) and L2-normalised; the
+  positive of component k of query i is component k of target i and vice versa.
+  Negatives: component-wise (the other components of the same query and target),
+  instance-wise (component k of the other samples, same side) and modality-wise (component
+  k of the other samples' other side: a query's against targets, a target's against
+  queries). The release has component- and (cross-side) instance-wise terms in Python
+  loops; here each is one batched product. The centring is ours: Softplus variances share a
+  large positive offset, so uncentred cosines start near 1; measured on ``shapes``, the
+  heads then collapse to input-independent outputs within 20 steps and the loss sits at
+  exactly ``log(number of candidates)`` with no gradient (``fc_centre=false`` reproduces
+  the release's uncentred cosine).
+- ``L_Cord``: the release's ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``,
+  ``|.|`` the sum over components and dimensions, over ``cord_pairs`` random samples of the
+  batch (16 by default, a quarter of the CLI's batch of 64, chosen for the cost limit: the
+  release pairs every sample, ``cord_pairs=0``); a sample's mismatched text is another
+  sample's, drawn by a random derangement (a permutation with no fixed point) from torch's
+  RNG, which the harness seeds.
+
+Noise score. The matched pass's mean ``v_m`` (multimodal coordination uncertainty) of each
+training sample, as the training step computes it (heads in training mode); with
+``cross_modal`` off, the mean combined query variance; with ``probabilistic`` off (point
+matching) there is none.
+
+Retrieval. ``encode_queries``/``encode_targets`` return packed Gaussians
+``[flattened means | squared mean norm + summed variance]`` (N, K * E + 1), and
+``similarity`` is minus the expected distance as one matrix product plus two rank-one
+terms. The query's own variance adds the same constant to every target of that query, so
+it cannot change a ranking; by default ``encode_queries`` skips the two uncertainty passes
+it would need (``exact_query_variance`` computes them and gives the exact distance).
+
+Ablations (paper Table 3), as Config switches: ``probabilistic`` (off: point matching,
+zero variances, ``L_HC`` only; the paper's row 0 uses InfoNCE, here the same sigmoid loss
+so that the row differs from row 1 by the variances alone), ``fc_component``,
+``fc_instance``, ``fc_modality``, ``cross_modal`` (off: query variance from the reference
+and text heads only), ``coordination_loss`` and ``dynamic_weighting`` (off: static equal
+weights).
+:data:`TABLE3_ROWS` gives the switch settings of each row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cirbench.backbones.base import Backbone, TextBatch
+from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
+
+_ABLATION_SWITCHES = (
+    "probabilistic", "fc_component", "fc_instance", "fc_modality",
+    "cross_modal", "coordination_loss", "dynamic_weighting",
+)
+
+
+def _row(**on: bool) -> dict[str, bool]:
+    return {name: on.get(name, False) for name in _ABLATION_SWITCHES}
+
+
+TABLE3_ROWS: dict[str, dict[str, bool]] = {
+    "point_matching": _row(),
+    "probabilistic": _row(probabilistic=True),
+    "component": _row(probabilistic=True, fc_component=True),
+    "instance": _row(probabilistic=True, fc_component=True, fc_instance=True),
+    "modality": _row(probabilistic=True, fc_component=True, fc_instance=True, fc_modality=True),
+    "cross_modal": _row(probabilistic=True, fc_component=True, fc_instance=True, fc_modality=True, cross_modal=True),
+    "coordination": _row(
+        probabilistic=True, fc_component=True, fc_instance=True, fc_modality=True, cross_modal=True,
+        coordination_loss=True,
+    ),
+    "full": {name: True for name in _ABLATION_SWITCHES},
+}
+"""The rows of the paper's Table 3 (each adds to the one before) as ``HUGConfig`` switches;
+:func:`table3_grid_args` turns them into grid variants."""
+
+
+def table3_grid_args() -> tuple[str, list[str]]:
+    """``--methods`` and ``--set`` values that run every Table 3 row as a grid variant
+    ``hug:<row>`` (the full model is plain ``hug``), e.g.
+    ``cirbench run --methods "$methods" $(printf -- '--set %s ' "${sets[@]}")``."""
+    defaults = HUGConfig()
+    labels, sets = [], []
+    for row, switches in TABLE3_ROWS.items():
+        label = "hug" if row == "full" else f"hug:{row}"
+        labels.append(label)
+        sets += [f"{label}.{k}={str(v).lower()}" for k, v in switches.items() if getattr(defaults, k) != v]
+    return ",".join(labels), sets
+
+
+@dataclass
+class HUGConfig(MethodConfig):
+    """HUG's hyperparameters. Optimiser defaults follow the release where the harness has
+    the knob (AdamW betas (0.9, 0.999), weight decay 0.01, gradient clipping 1.0; the
+    paper's eps 1e-7); ``lr`` None is the backbone's default."""
+
+    beta2: float = 0.999
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    fc_weight: float = 0.5
+    cord_weight: float = 0.1
+    fc_temperature: float = 0.07
+    cord_margin: float = 0.2
+    cord_pairs: int = 16
+    init_a: float = 1.0
+    init_b: float = 0.0
+    head_heads: int = 4
+    head_dropout: float = 0.1
+    freeze_means: bool = False
+    exact_query_variance: bool = False
+    probabilistic: bool = True
+    fc_component: bool = True
+    fc_instance: bool = True
+    fc_modality: bool = True
+    fc_centre: bool = True
+    cross_modal: bool = True
+    coordination_loss: bool = True
+    dynamic_weighting: bool = True
+    heads_train_composer: bool = False
+
+
+class UncertaintyHead(nn.Module):
+    """One TransformerEncoderLayer, then Linear-GELU-Dropout-Linear-Softplus: composer
+    query-token states (B, K, hidden) -> standard deviations (B, K, out_dim), positive."""
+
+    def __init__(self, hidden: int, out_dim: int, heads: int = 4, dropout: float = 0.1) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"HUG uncertainty head: hidden size {hidden} is not divisible by {heads} attention heads")
+        self.encoder = nn.TransformerEncoderLayer(
+            hidden, heads, dim_feedforward=4 * hidden, dropout=dropout, activation="gelu", batch_first=True
+        )
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, out_dim), nn.Softplus()
+        )
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.encoder(states))
+
+
+def modality_weights(variances: torch.Tensor, dynamic: bool = True) -> torch.Tensor:
+    """Fusion weights over the leading (modality) axis of ``variances`` (X, ...):
+    ``softmax_x(-v_x)`` elementwise if ``dynamic``, else ``1 / X`` everywhere."""
+    if dynamic:
+        return torch.softmax(-variances, dim=0)
+    return torch.full_like(variances, 1.0 / variances.shape[0])
+
+
+def pack_gaussians(means: torch.Tensor, variances: torch.Tensor) -> torch.Tensor:
+    """Gaussians (N, K, E) means and variances -> (N, K * E + 1): the flattened means and,
+    last, ``||mu||^2 + sum var``, everything the expected distance needs from one side."""
+    if means.shape != variances.shape:
+        raise ValueError(f"pack_gaussians: means {tuple(means.shape)} and variances {tuple(variances.shape)} differ")
+    flat = means.flatten(1)
+    return torch.cat([flat, (flat.square().sum(1) + variances.flatten(1).sum(1)).unsqueeze(1)], dim=1)
+
+
+def packed_distance(queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Expected squared distance (N, M) between packed Gaussians: one matrix product of the
+    flattened means plus the two rank-one norm-and-variance terms."""
+    if queries.dim() != 2 or targets.dim() != 2 or queries.shape[1] != targets.shape[1]:
+        raise ValueError(
+            f"HUG similarity: packed queries {tuple(queries.shape)} and targets {tuple(targets.shape)} must be "
+            "(N, D) and (M, D) with the same D (from HUG's encode_queries/encode_targets)"
+        )
+    cross = queries[:, :-1] @ targets[:, :-1].T
+    return queries[:, -1:] + targets[:, -1].unsqueeze(0) - 2.0 * cross
+
+
+def expected_distance(
+    mu_q: torch.Tensor, var_q: torch.Tensor, mu_c: torch.Tensor, var_c: torch.Tensor
+) -> torch.Tensor:
+    """``E ||z_q - z_c||^2`` for all query/target pairs of diagonal Gaussians (N, K, E) and
+    (M, K, E): ``sum (mu_q - mu_c)^2 + sum var_q + sum var_c`` over components and dims."""
+    return packed_distance(pack_gaussians(mu_q, var_q), pack_gaussians(mu_c, var_c))
+
+
+def holistic_contrast(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Paper Eq. 13 on a (B, B) distance matrix whose diagonal holds the positives:
+    ``-log S(-a d - b)`` per positive and ``-log S(a d + b)`` per negative, the negatives
+    counted once per direction (row: query vs other targets, column: target vs other
+    queries), the sum divided by the batch size."""
+    n = distance.shape[0]
+    off = ~torch.eye(n, dtype=torch.bool, device=distance.device)
+    positive = F.logsigmoid(-a * distance.diagonal() - b).sum()
+    negative = (F.logsigmoid(a * distance + b) * off).sum()
+    return -(positive + 2.0 * negative) / n
+
+
+def fine_grained_contrast(
+    var_q: torch.Tensor,
+    var_c: torch.Tensor,
+    temperature: float,
+    component: bool = True,
+    instance: bool = True,
+    modality: bool = True,
+    centre: bool = True,
+) -> torch.Tensor:
+    """InfoNCE on variance vectors (B, K, E) of matched queries and targets; every
+    component of either side is an anchor whose positive is the same component of its
+    partner. Negatives (each group a switch): component-wise, the other components of the
+    same query and target; instance-wise, the same component of the other samples on the
+    anchor's side; modality-wise, the same component of the other samples on the other
+    side. With ``centre`` each side's batch mean is subtracted per component before the
+    cosine, so the contrast is between samples' own uncertainty patterns rather than the
+    head's shared offset. Batched products only; masked pairs get -inf."""
+    s = torch.stack([var_q, var_c])  # (2 sides, B, K, E)
+    if centre:
+        s = s - s.mean(dim=1, keepdim=True)
+    s = F.normalize(s, dim=-1)
+    sides, n, k, _ = s.shape
+    logits = [(s[0] * s[1]).sum(-1).unsqueeze(0).expand(sides, n, k).unsqueeze(-1)]
+    if component:
+        sim = torch.einsum("mbkd,nbld->mbknl", s, s)  # anchor (m, b, k) vs (n, b, l)
+        same = torch.eye(k, dtype=torch.bool, device=s.device).view(1, 1, k, 1, k)
+        logits.append(sim.masked_fill(same, float("-inf")).flatten(-2))
+    other = ~torch.eye(n, dtype=torch.bool, device=s.device).view(1, n, 1, n)
+    if instance:
+        sim = torch.einsum("mikd,mjkd->mikj", s, s)
+        logits.append(sim.masked_fill(~other, float("-inf")))
+    if modality:
+        sim = torch.einsum("mikd,mjkd->mikj", s, s.flip(0))
+        logits.append(sim.masked_fill(~other, float("-inf")))
+    rows = torch.cat(logits, dim=-1).flatten(0, 2) / temperature
+    return F.cross_entropy(rows, torch.zeros(rows.shape[0], dtype=torch.long, device=rows.device))
+
+
+def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
+    """Ranking loss on per-sample coordination uncertainty (B,): a matched (reference, text)
+    pair should be at least ``margin`` less uncertain than the same reference with a
+    mismatched text."""
+    return F.relu(margin + matched - mismatched).mean()
+
+
+def derangement(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A uniformly drawn cyclic permutation of ``range(n)`` with no fixed point (torch's RNG):
+    ``perm[i] != i`` for every i, so every sample gets another sample's text."""
+    if n < 2:
+        raise ValueError(f"HUG's coordination loss needs at least 2 samples per batch, got {n}")
+    order = torch.randperm(n, device=device)
+    perm = torch.empty_like(order)
+    perm[order] = order.roll(-1)
+    return perm
+
+
+def mismatched_pairs(n: int, pairs: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of a batch of ``n`` and, for each, another row whose text it gets: ``pairs``
+    distinct rows drawn at random (all ``n`` when ``pairs`` is 0 or at least ``n``), texts
+    by a :func:`derangement`, so no row keeps its own text."""
+    perm = derangement(n, device)
+    if pairs <= 0 or pairs >= n:
+        return torch.arange(n, device=device), perm
+    rows = torch.randperm(n, device=device)[:pairs]
+    return rows, perm[rows]
+
+
+class HUG(Method):
+    """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
+
+    name = "hug"
+    version = "1"
+    paper = (
+        "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
+        "Probabilistic Learning, AAAI 2026"
+    )
+    Config = HUGConfig
+    scores_noise = True
+
+    def __init__(self, backbone: Backbone, config: HUGConfig, context: TrainingContext) -> None:
+        super().__init__(backbone, config, context)
+        hidden, self.embed_dim = backbone.hidden_size, backbone.embed_dim
+
+        def head() -> UncertaintyHead:
+            return UncertaintyHead(hidden, self.embed_dim, config.head_heads, config.head_dropout)
+
+        self.visual_head, self.text_head, self.multimodal_head = head(), head(), head()
+        self.a = nn.Parameter(torch.tensor(float(config.init_a)))
+        self.b = nn.Parameter(torch.tensor(float(config.init_b)))
+
+    def means(self, states: torch.Tensor) -> torch.Tensor:
+        """Component means: ``vision_proj`` of query-token states, unit norm per component."""
+        return F.normalize(self.backbone.vision_proj(states), dim=-1)
+
+    def _compose(self, image: torch.Tensor | None, text: TextBatch | None, grad: bool) -> torch.Tensor:
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            return self.backbone.compose(image, text).query
+
+    def variances(
+        self,
+        reference: torch.Tensor,
+        text: TextBatch,
+        fused: torch.Tensor,
+        mismatched: torch.Tensor | None = None,
+        target: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Head-unit variances ``v = s**2`` (B, K, E): ``r`` (visual head on the reference's
+        image-only pass), ``t`` (text head on a text-only pass), ``m`` (coordination head on
+        the fused states ``fused``), their fusion ``q``, and, if given, ``m_mis`` (coordination
+        head on ``mismatched`` fused states) and ``c`` (visual head on ``target`` states).
+        Each head runs once, on all of its inputs together."""
+        config = self.config
+        ref_states = self._compose(reference, None, grad=False)
+        text_states = self._compose(None, text, grad=False)
+        visual = self.visual_head(ref_states if target is None else torch.cat([ref_states, target])).square()
+        out = {"r": visual[: len(ref_states)], "t": self.text_head(text_states).square()}
+        if target is not None:
+            out["c"] = visual[len(ref_states):]
+        parts = [out["r"], out["t"]]
+        if config.cross_modal:
+            states = fused if mismatched is None else torch.cat([fused, mismatched])
+            v_m = self.multimodal_head(states).square()
+            out["m"] = v_m[: len(fused)]
+            if mismatched is not None:
+                out["m_mis"] = v_m[len(fused):]
+            parts.append(out["m"])
+        stacked = torch.stack(parts)
+        out["q"] = (modality_weights(stacked, config.dynamic_weighting) * stacked).sum(0)
+        return out
+
+    def losses(self, batch: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """The unweighted loss terms of a batch (``hc``, and ``fc``, ``cord`` where enabled)
+        and the per-sample noise score (None for point matching)."""
+        config = self.config
+        train_means = not config.freeze_means
+        fused = self._compose(batch.reference, batch.text, grad=train_means)
+        target = self._compose(batch.target, None, grad=train_means)
+        with torch.set_grad_enabled(train_means and torch.is_grad_enabled()):
+            mu_q, mu_c = self.means(fused), self.means(target)
+        if not config.probabilistic:
+            zeros = torch.zeros_like(mu_q)
+            return {"hc": holistic_contrast(expected_distance(mu_q, zeros, mu_c, zeros), self.a, self.b)}, None
+        mismatched, rows = None, None
+        if config.cross_modal and config.coordination_loss:
+            rows, texts = mismatched_pairs(len(batch), config.cord_pairs, batch.index.device)
+            mismatched = self._compose(
+                batch.reference[rows], batch.text.select(texts), grad=train_means and config.heads_train_composer
+            )
+        if not config.heads_train_composer:
+            fused, target = fused.detach(), target.detach()
+        v = self.variances(batch.reference, batch.text, fused, mismatched, target)
+        v_c = v["c"]
+        scale = 1.0 / self.embed_dim
+        parts = {"hc": holistic_contrast(expected_distance(mu_q, v["q"] * scale, mu_c, v_c * scale), self.a, self.b)}
+        if config.fc_component or config.fc_instance or config.fc_modality:
+            parts["fc"] = fine_grained_contrast(
+                v["q"], v_c, config.fc_temperature, config.fc_component, config.fc_instance, config.fc_modality,
+                config.fc_centre,
+            )
+        if mismatched is not None:
+            parts["cord"] = coordination_loss(v["m"][rows].sum((1, 2)), v["m_mis"].sum((1, 2)), config.cord_margin)
+        noise_score = (v["m"] if config.cross_modal else v["q"]).detach().mean((1, 2))
+        return parts, noise_score
+
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        parts, noise_score = self.losses(batch)
+        config = self.config
+        loss = parts["hc"] + config.fc_weight * parts.get("fc", 0.0) + config.cord_weight * parts.get("cord", 0.0)
+        components = {k: float(t.detach()) for k, t in parts.items()}
+        components.update(a=float(self.a.detach()), b=float(self.b.detach()))
+        return StepOutput(loss, components, noise_score=noise_score)
+
+    def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
+        """Packed query Gaussians (N, K * E + 1); the query's own variance only with
+        ``exact_query_variance`` (it shifts all of a query's scores equally)."""
+        fused = self.backbone.compose(reference, text).query
+        mu = self.means(fused)
+        if self.config.probabilistic and self.config.exact_query_variance:
+            var = self.variances(reference, text, fused)["q"] / self.embed_dim
+        else:
+            var = torch.zeros_like(mu)
+        return pack_gaussians(mu, var)
+
+    def encode_targets(self, images: torch.Tensor) -> torch.Tensor:
+        """Packed target Gaussians (M, K * E + 1): image-only means, visual-head variances."""
+        states = self.backbone.compose(images, None).query
+        mu = self.means(states)
+        if self.config.probabilistic:
+            var = self.visual_head(states).square() / self.embed_dim
+        else:
+            var = torch.zeros_like(mu)
+        return pack_gaussians(mu, var)
+
+    def similarity(self, queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Minus the expected squared distance (N, M): higher is better."""
+        return -packed_distance(queries, targets)

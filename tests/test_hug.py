@@ -1,0 +1,328 @@
+"""Tests for the ``hug`` method plugin (methods/hug.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from cirbench.backbones.tiny import TinyBackbone
+from cirbench.config import build_config, parse_overrides
+from cirbench.engine.grid import Grid, GridSpec
+from cirbench.method import Batch, TrainingContext
+from cirbench_methods import hug as H
+
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tensors are small; one thread avoids spin-waiting on a shared, loaded CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+TEXTS = ["add a red circle", "remove the blue square", "make it green", "move the triangle left", "make it small"]
+
+
+def make_method(**overrides) -> H.HUG:
+    """HUG on a small seeded tiny backbone."""
+    torch.manual_seed(0)
+    backbone = TinyBackbone(hidden_size=32, embed_dim=16, num_query_tokens=4, seed=0)
+    context = TrainingContext(
+        num_train=100, epochs=1, batch_size=len(TEXTS), steps_per_epoch=1, seed=0,
+        device=torch.device("cpu"), iterate=lambda shuffle=True: iter(()),
+    )
+    return H.HUG(backbone, replace(H.HUGConfig(), **overrides), context)
+
+
+def make_batch(method: H.HUG, n: int = len(TEXTS)) -> Batch:
+    """A synthetic batch of ``n`` triplets with layer-normalised random image tokens."""
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.nn.functional.layer_norm(torch.randn(2, n, 16, 64, generator=g), (64,))
+    texts = [TEXTS[i % len(TEXTS)] for i in range(n)]
+    return Batch(torch.arange(n), tokens[0], tokens[1], method.backbone.tokenize(texts), texts)
+
+
+def grads_of(method: H.HUG, loss: torch.Tensor) -> dict[str, bool]:
+    """Which parameter groups a loss's gradient reaches (any non-zero entry)."""
+    method.zero_grad(set_to_none=True)
+    loss.backward(retain_graph=True)
+    groups = {
+        "composer": list(method.backbone.layers.parameters()),
+        "vision_proj": list(method.backbone.vision_proj.parameters()),
+        "visual_head": list(method.visual_head.parameters()),
+        "text_head": list(method.text_head.parameters()),
+        "multimodal_head": list(method.multimodal_head.parameters()),
+        "ab": [method.a, method.b],
+    }
+    return {k: any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in ps) for k, ps in groups.items()}
+
+
+def test_expected_distance_matches_brute_force_and_sampling() -> None:
+    g = torch.Generator().manual_seed(0)
+    mu_q, mu_c = torch.randn(5, 3, 4, generator=g), torch.randn(7, 3, 4, generator=g)
+    var_q, var_c = torch.rand(5, 3, 4, generator=g), torch.rand(7, 3, 4, generator=g)
+    brute = torch.empty(5, 7)
+    for i in range(5):
+        for j in range(7):
+            brute[i, j] = ((mu_q[i] - mu_c[j]) ** 2).sum() + var_q[i].sum() + var_c[j].sum()
+    assert torch.allclose(H.expected_distance(mu_q, var_q, mu_c, var_c), brute, atol=1e-5)
+    samples = 20000
+    zq = mu_q[0] + var_q[0].sqrt() * torch.randn(samples, 3, 4, generator=g)
+    zc = mu_c[0] + var_c[0].sqrt() * torch.randn(samples, 3, 4, generator=g)
+    assert ((zq - zc) ** 2).sum((1, 2)).mean().item() == pytest.approx(brute[0, 0].item(), rel=0.03)
+
+
+def test_similarity_is_minus_expected_distance_of_the_methods_gaussians() -> None:
+    method = make_method(exact_query_variance=True).eval()
+    batch = make_batch(method)
+    with torch.no_grad():
+        queries = method.encode_queries(batch.reference, batch.text)
+        targets = method.encode_targets(batch.target)
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        states = method.backbone.compose(batch.target, None).query
+        mu_q, mu_c = method.means(fused), method.means(states)
+        var_q = method.variances(batch.reference, batch.text, fused)["q"] / method.embed_dim
+        var_c = method.visual_head(states).square() / method.embed_dim
+        scores = method.similarity(queries, targets)
+    brute = ((mu_q[:, None] - mu_c[None]) ** 2).sum((2, 3)) + var_q.sum((1, 2))[:, None] + var_c.sum((1, 2))[None]
+    assert scores.shape == (len(batch), len(batch))
+    assert torch.allclose(scores, -brute, atol=1e-4)
+    assert var_q.sum() > 0 and var_c.sum() > 0
+
+
+def test_default_retrieval_drops_only_a_per_query_constant() -> None:
+    method = make_method().eval()
+    batch = make_batch(method)
+    with torch.no_grad():
+        targets = method.encode_targets(batch.target)
+        fast = method.similarity(method.encode_queries(batch.reference, batch.text), targets)
+        method.config.exact_query_variance = True
+        exact = method.similarity(method.encode_queries(batch.reference, batch.text), targets)
+    shift = fast - exact
+    assert (shift > 0).all()
+    assert torch.allclose(shift, shift[:, :1].expand_as(shift), atol=1e-5)
+    assert torch.equal(fast.argsort(dim=1), exact.argsort(dim=1))
+
+
+def test_similarity_rejects_foreign_features() -> None:
+    with pytest.raises(ValueError, match="HUG similarity"):
+        H.packed_distance(torch.zeros(3, 9), torch.zeros(4, 2, 8))
+
+
+def test_dynamic_weights_sum_to_one_and_favour_low_variance() -> None:
+    v = torch.rand(3, 4, 5, 6) * 3
+    w = H.modality_weights(v, dynamic=True)
+    assert torch.allclose(w.sum(0), torch.ones(4, 5, 6))
+    lowest = v.argmin(0)
+    assert torch.equal(w.argmax(0), lowest)
+    static = H.modality_weights(v, dynamic=False)
+    assert torch.allclose(static, torch.full_like(v, 1 / 3))
+
+
+def test_derangement_has_no_fixed_point_and_follows_torch_seed() -> None:
+    for n in (2, 3, 17):
+        torch.manual_seed(n)
+        perm = H.derangement(n)
+        assert sorted(perm.tolist()) == list(range(n))
+        assert (perm != torch.arange(n)).all()
+    torch.manual_seed(5)
+    first = H.derangement(9)
+    torch.manual_seed(5)
+    assert torch.equal(first, H.derangement(9))
+    with pytest.raises(ValueError, match="at least 2"):
+        H.derangement(1)
+
+
+def test_mismatched_pairs_are_distinct_rows_with_foreign_texts() -> None:
+    torch.manual_seed(0)
+    rows, texts = H.mismatched_pairs(10, 4)
+    assert len(rows) == 4 and len(set(rows.tolist())) == 4
+    assert (rows != texts).all()
+    rows, texts = H.mismatched_pairs(10, 0)
+    assert torch.equal(rows, torch.arange(10)) and (texts != rows).all()
+    assert len(H.mismatched_pairs(3, 32)[0]) == 3
+
+
+def test_coordination_loss_on_a_subset_of_pairs() -> None:
+    method = make_method(cord_pairs=2).train()
+    parts, _ = method.losses(make_batch(method))
+    assert torch.isfinite(parts["cord"])
+    assert grads_of(method, parts["cord"])["multimodal_head"]
+
+
+def test_each_loss_is_finite_and_reaches_its_parameters() -> None:
+    method = make_method().train()
+    parts, score = method.losses(make_batch(method))
+    assert set(parts) == {"hc", "fc", "cord"}
+    assert all(torch.isfinite(t) for t in parts.values())
+    hc = grads_of(method, parts["hc"])
+    assert all(hc.values()), hc  # means (composer, projection), all heads, a and b
+    fc = grads_of(method, parts["fc"])
+    assert fc == {"composer": False, "vision_proj": False, "visual_head": True, "text_head": True,
+                  "multimodal_head": True, "ab": False}
+    cord = grads_of(method, parts["cord"])
+    assert cord == {"composer": False, "vision_proj": False, "visual_head": False, "text_head": False,
+                    "multimodal_head": True, "ab": False}
+    assert score is not None and score.shape == (len(TEXTS),) and (score > 0).all()
+
+
+def brute_fine_grained(
+    vq: torch.Tensor, vc: torch.Tensor, tau: float, component: bool, instance: bool, modality: bool, centre: bool
+) -> torch.Tensor:
+    """The fine-grained contrast by its definition, one anchor at a time."""
+    if centre:
+        vq, vc = vq - vq.mean(0), vc - vc.mean(0)
+    s = torch.nn.functional.normalize(torch.stack([vq, vc]), dim=-1)
+    _, n, k, _ = s.shape
+    losses = []
+    for m in range(2):
+        for i in range(n):
+            for c in range(k):
+                anchor = s[m, i, c]
+                candidates = [s[1 - m, i, c]]
+                if component:
+                    candidates += [s[side, i, l] for side in range(2) for l in range(k) if l != c]
+                if instance:
+                    candidates += [s[m, j, c] for j in range(n) if j != i]
+                if modality:
+                    candidates += [s[1 - m, j, c] for j in range(n) if j != i]
+                logits = torch.stack(candidates) @ anchor / tau
+                losses.append(-torch.log_softmax(logits, 0)[0])
+    return torch.stack(losses).mean()
+
+
+@pytest.mark.parametrize("centre", [True, False])
+@pytest.mark.parametrize(
+    "flags", [(True, True, True), (True, False, False), (False, True, False), (False, False, True), (True, False, True)]
+)
+def test_fine_grained_contrast_matches_its_definition(flags: tuple[bool, bool, bool], centre: bool) -> None:
+    g = torch.Generator().manual_seed(3)
+    vq, vc = torch.rand(4, 3, 8, generator=g), torch.rand(4, 3, 8, generator=g)
+    expected = brute_fine_grained(vq, vc, 0.07, *flags, centre)
+    got = H.fine_grained_contrast(vq, vc, 0.07, *flags, centre=centre)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_fine_grained_negative_groups_each_change_the_loss() -> None:
+    g = torch.Generator().manual_seed(4)
+    vq, vc = torch.rand(4, 3, 8, generator=g), torch.rand(4, 3, 8, generator=g)
+    values = {
+        flags: H.fine_grained_contrast(vq, vc, 0.07, *flags).item()
+        for flags in [(True, True, True), (False, True, True), (True, False, True), (True, True, False)]
+    }
+    assert len({round(v, 6) for v in values.values()}) == 4
+    assert H.fine_grained_contrast(vq, vc, 0.07, False, False, False).item() == pytest.approx(0.0)
+
+
+def test_holistic_contrast_counts_negatives_in_both_directions() -> None:
+    d = torch.tensor([[1.0, 3.0, 5.0], [2.0, 0.5, 4.0], [6.0, 1.5, 2.5]])
+    a, b = torch.tensor(1.0), torch.tensor(0.0)
+    sig = torch.sigmoid
+    pos = -torch.log(sig(-d.diagonal())).sum()
+    neg = -torch.log(sig(d[~torch.eye(3, dtype=torch.bool)])).sum()
+    assert H.holistic_contrast(d, a, b).item() == pytest.approx(((pos + 2 * neg) / 3).item(), rel=1e-5)
+
+
+def test_point_matching_has_no_variance_and_no_noise_score() -> None:
+    method = make_method(probabilistic=False).train()
+    batch = make_batch(method)
+    parts, score = method.losses(batch)
+    assert set(parts) == {"hc"} and score is None
+    grads = grads_of(method, parts["hc"])
+    assert grads["composer"] and not grads["visual_head"] and not grads["multimodal_head"]
+    with torch.no_grad():
+        packed = method.eval().encode_targets(batch.target)
+    k = method.backbone.num_query_tokens
+    assert torch.allclose(packed[:, -1], torch.full((len(batch),), float(k)), atol=1e-4)  # unit means, no variance
+
+
+def test_heads_train_composer_lets_head_losses_reach_the_composer() -> None:
+    method = make_method(heads_train_composer=True).train()
+    parts, _ = method.losses(make_batch(method))
+    assert grads_of(method, parts["fc"])["composer"]
+    cord = grads_of(method, parts["cord"])
+    assert cord["composer"] and cord["multimodal_head"] and not cord["visual_head"]
+
+
+def test_freeze_means_trains_only_heads_and_ab() -> None:
+    method = make_method(freeze_means=True).train()
+    out = method.training_step(make_batch(method), 0, 0)
+    grads = grads_of(method, out.loss)
+    assert not grads["composer"] and not grads["vision_proj"]
+    assert grads["visual_head"] and grads["text_head"] and grads["multimodal_head"] and grads["ab"]
+
+
+def test_cross_modal_and_coordination_switches() -> None:
+    method = make_method(cross_modal=False).train()
+    batch = make_batch(method)
+    parts, score = method.losses(batch)
+    assert "cord" not in parts
+    grads = grads_of(method, parts["hc"] + parts["fc"])
+    assert not grads["multimodal_head"] and grads["visual_head"] and grads["text_head"]
+    assert score is not None and torch.isfinite(score).all()
+
+    method = make_method(coordination_loss=False).train()
+    parts, score = method.losses(make_batch(method))
+    assert "cord" not in parts and score is not None
+    assert grads_of(method, parts["hc"])["multimodal_head"]
+
+
+def test_static_weighting_averages_the_modalities() -> None:
+    for dynamic in (True, False):
+        method = make_method(dynamic_weighting=dynamic).eval()
+        batch = make_batch(method)
+        with torch.no_grad():
+            fused = method.backbone.compose(batch.reference, batch.text).query
+            v = method.variances(batch.reference, batch.text, fused)
+        mean = (v["r"] + v["t"] + v["m"]) / 3
+        assert torch.allclose(v["q"], mean, atol=1e-6) is (not dynamic)
+        if dynamic:  # the dynamic fusion leans to the least uncertain modality
+            assert (v["q"] <= mean + 1e-6).all()
+
+
+def test_every_table3_row_trains_a_step() -> None:
+    assert list(H.TABLE3_ROWS) == [
+        "point_matching", "probabilistic", "component", "instance", "modality", "cross_modal", "coordination", "full"
+    ]
+    assert H.TABLE3_ROWS["full"] == {k: getattr(H.HUGConfig(), k) for k in H.TABLE3_ROWS["full"]}
+    names = set()
+    for row, switches in H.TABLE3_ROWS.items():
+        method = make_method(**switches).train()
+        out = method.training_step(make_batch(method, n=3), 0, 0)
+        assert torch.isfinite(out.loss), row
+        out.loss.backward()
+        names.add(tuple(sorted(out.components)))
+    assert len(names) >= 3  # the rows log different loss terms
+
+
+def test_table3_grid_args_build_each_rows_config() -> None:
+    methods, sets = H.table3_grid_args()
+    overrides = parse_overrides(sets)
+    labels = methods.split(",")
+    assert len(labels) == len(H.TABLE3_ROWS) and "hug" in labels
+    for label, row in zip(labels, H.TABLE3_ROWS):
+        config = build_config(H.HUGConfig, overrides.get(label, {}), label)
+        assert {k: getattr(config, k) for k in H.TABLE3_ROWS[row]} == H.TABLE3_ROWS[row]
+
+
+def test_shapes_mini_run_reports_purity_rows_with_auroc(tmp_path: Path, cache_dir: Path) -> None:
+    spec = GridSpec(
+        methods=["hug"], noise_rates=[0.5], dataset="shapes-mini", epochs=1, batch_size=128,
+        output=tmp_path / "results", cache_dir=cache_dir,
+    )
+    grid = Grid(spec)
+    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda message: None)
+    assert outcome.status == "completed", outcome.error
+    purity = pd.read_parquet(tmp_path / "results" / "purity")
+    assert set(purity["noise_type"]) == {"all", "reference", "caption", "target"}
+    assert purity["n_selected"].isna().all()
+    assert np.isfinite(purity["auroc"]).all() and purity["auroc"].between(0, 1).all()
+    scores = pd.read_parquet(tmp_path / "results" / "scores")
+    assert len(scores) == 600 and np.isfinite(scores["score"]).all()
