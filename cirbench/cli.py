@@ -48,7 +48,7 @@ def run(
     backbone: str = typer.Option("tiny", "--backbone", "-b", help="Backbone name (see `cirbench list backbones`)."),
     weights: Optional[str] = typer.Option(None, "--weights", help="Backbone weights: a local directory or tag."),
     noise_protocol: str = typer.Option("thirds", "--noise-protocol", help="Noise protocol (see `cirbench list noise`)."),
-    epochs: int = typer.Option(6, "--epochs", help="Training epochs per cell."),
+    epochs: int = typer.Option(4, "--epochs", help="Training epochs per cell."),
     batch_size: int = typer.Option(64, "--batch-size", help="Training batch size (the papers use 128 on BLIP-2)."),
     output: Path = typer.Option(Path("results"), "--output", "-o", help="Results directory (parquet tables)."),
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),

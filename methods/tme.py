@@ -23,7 +23,7 @@ What the released code (He-Changhao/2025-CVPR-TME) does, and what this plugin do
   of ``lrm`` alone; ``warmup_proj`` epochs of ``lrd + lpm + lsa`` in which only
   ``d2t_proj`` and the prompt tokens learn (the release steps a second optimiser over just
   those); ``warmup_last`` epochs of all losses. The release uses 3 / 2 / 1 of 30 epochs
-  (a fifth of training); scaled to cirbench's 6-epoch default runs that is 0.6 / 0.4 / 0.2,
+  (a fifth of training); scaled to cirbench's 4- to 6-epoch runs that is under one epoch,
   so the defaults are 1 / 0 / 0: one epoch of ``lrm`` alone, then the partition and all
   four losses from the second epoch (index 1) on. A 2-epoch run therefore partitions once.
 
@@ -82,7 +82,7 @@ Phase = Literal["qformer", "proj", "last", "train"]
 @dataclass
 class TMEConfig(MethodConfig):
     """TME's released settings (``train.sh`` / ``precompute_train.py``), warm-up scaled to
-    cirbench's 6-epoch default runs (see the module docstring)."""
+    cirbench's short default runs (see the module docstring)."""
 
     temperature: float = 0.07
     min_temperature: float = 0.01

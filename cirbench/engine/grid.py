@@ -41,7 +41,7 @@ class GridSpec:
     backbone: str = "tiny"
     weights: str | None = None
     noise_protocol: str = "thirds"
-    epochs: int = 6
+    epochs: int = 4
     batch_size: int = 64
     output: Path = Path("results")
     cache_dir: Path = Path("datasets")
