@@ -180,6 +180,7 @@ class UncertaintyHead(nn.Module):
         )
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """Standard deviations (B, K, out_dim) of the states (B, K, hidden)."""
         return self.mlp(self.encoder(states))
 
 
@@ -278,8 +279,8 @@ def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: f
 
 
 def derangement(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A uniformly drawn cyclic permutation of ``range(n)`` with no fixed point (torch's RNG):
-    ``perm[i] != i`` for every i, so every sample gets another sample's text."""
+    """A random n-cycle over ``range(n)`` from torch's RNG, hence a permutation with no fixed
+    point: ``perm[i] != i`` for every i, so every sample gets another sample's text."""
     if n < 2:
         raise ValueError(f"HUG's coordination loss needs at least 2 samples per batch, got {n}")
     order = torch.randperm(n, device=device)
