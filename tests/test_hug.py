@@ -18,15 +18,6 @@ from cirbench_methods import hug as H
 
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These tensors are small; one thread avoids spin-waiting on a shared, loaded CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TEXTS = ["add a red circle", "remove the blue square", "make it green", "move the triangle left", "make it small"]
 
 
