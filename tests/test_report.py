@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.engine.purity import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.tables import CIRR_AVG, FIQ_AVG, Cell, recall_table, to_html, to_markdown, wide_columns
+from cirbench.report.tables import (
+    CIRR_AVG, FIQ_AVG, Cell, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
+)
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -153,6 +155,18 @@ def test_at_a_glance_names_best_and_cleanest(built) -> None:
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
     assert "Best on R@10 (oracle excluded): 20%: robust (50.50); 50%: robust (45.00)." in markdown
     assert "Cleanest kept set: 20%: robust" in markdown
+    assert "a random subset: 80.0%" in markdown  # 12 of the 60 training samples are noisy at 20%
+
+
+def test_flag_rate_is_the_share_not_kept(built) -> None:
+    root, _ = built
+    setting = load_results(root).settings[0]
+    expected = np.mean([1.0 - _tables("robust", 0.2, seed)[0]["scores"].query("epoch == 1").selected_clean.mean()
+                        for seed in (0, 1)])
+    shares = flagged_shares(setting)
+    assert shares[0.2]["robust"] == pytest.approx(expected)
+    assert shares[0.2]["oracle"] == pytest.approx(0.2)  # the oracle flags exactly the noisy samples
+    assert "sprc" not in shares[0.2]
 
 
 def test_never_run_cell_is_listed(tmp_path: Path) -> None:

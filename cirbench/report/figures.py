@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
 from cirbench.report.tables import (
-    headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
+    flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
 )
 
 CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive
@@ -140,7 +140,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     runs = setting.runs.set_index("run_id")
     counts = counts.join(runs[["n_train", "n_noisy"]], on="run_id")
     counts["n_clean_total"] = counts.n_train - counts.n_noisy
-    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total"]].mean()
+    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train"]].mean()
     methods = [m for m in setting.methods if m in means.index.get_level_values("method")]
     title = f"Kept-clean set at the final epoch, ConeSep Fig. 6 style (mean over seeds): {setting.describe()}"
     fig, axes = _grid(len(methods), 4, 3.6, 3.2, title)
@@ -154,6 +154,9 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         ax.bar(x, clean, 0.6, color=CLEAN_COLOUR)
         ax.bar(x, noisy, 0.6, bottom=clean, color=NOISY_COLOUR)
         ax.bar(x, rows.n_clean_total.to_numpy(), 0.72, fill=False, edgecolor="0.35", linestyle=":", linewidth=1.2)
+        # What a random subset of the same size would hold: kept x (clean share of the training set).
+        chance = (clean + noisy) * rows.n_clean_total.to_numpy() / rows.n_train.to_numpy()
+        ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
         for xi, c, n in zip(x, clean, noisy):
             if np.isfinite(c) and c + n > 0:
                 ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=8)
@@ -168,13 +171,16 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
             Patch(color=CLEAN_COLOUR, label="Real Positive (truly clean, kept)"),
             Patch(color=NOISY_COLOUR, label="Wrong Positive (truly noisy, kept)"),
             Patch(fill=False, edgecolor="0.35", linestyle=":", label="all truly clean samples"),
+            Line2D([], [], color="black", linestyle="--", label="Real Positive of a random subset of that size"),
         ],
-        loc="outside lower center", ncols=3, frameon=False,
+        loc="outside lower center", ncols=2, frameon=False,
     )
     return _save(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  "Stacked bars: the set each method kept as clean at the final epoch, split into truly clean "
                  "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
-                 "outline is the number of truly clean samples in the training set.")
+                 "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
+                 "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
+                 "samples only where its blue part rises above the tick.")
 
 
 def _by_type(setting: Setting) -> pd.DataFrame:
@@ -190,7 +196,8 @@ def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str],
         rows = stats.xs(method, level="method").reindex(list(NOISE_TYPES)) if method in stats.index.get_level_values(0) else None
         if rows is None or rows["mean"].isna().all():
             continue
-        ax.bar(x + width * (i - (len(methods) - 1) / 2), rows["mean"] * scale, width, yerr=rows["std"].fillna(0) * scale,
+        spread = None if rows["std"].isna().all() else rows["std"].fillna(0) * scale  # one seed: no error bar
+        ax.bar(x + width * (i - (len(methods) - 1) / 2), rows["mean"] * scale, width, yerr=spread,
                color=styles[method]["color"], hatch="//" if styles[method]["linestyle"] == "--" else None,
                edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
     ax.set_xticks(x, list(NOISE_TYPES))
@@ -212,6 +219,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
     if not rows:
         return None
     styles = method_styles(setting)
+    flagged = flagged_shares(setting)
     used = [m for m in setting.methods if m in set(caught.method) | set(scored.method)]
     title = f"Detection by noise type at the final epoch (mean ± std over seeds): {setting.describe()}"
     ncols = len(rates)
@@ -225,24 +233,27 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
             at_rate = data[data.noise_rate == rate]
             if kind == "caught":
                 _grouped_bars(ax, at_rate, "noise_recall", methods, styles, 100.0)
+                for method, share in flagged.get(rate, {}).items():
+                    ax.axhline(100.0 * share, color=styles[method]["color"], linestyle="--", linewidth=1.1)
                 ax.set_ylim(0, 105)
                 ax.set_ylabel("noisy samples caught (%)")
-                ax.set_title(f"share caught (not kept as clean) at noise {rate_label(rate)}")
+                ax.set_title(f"caught (not kept as clean), noise {rate_label(rate)}")
             else:
                 _grouped_bars(ax, at_rate, "auroc", methods, styles, 1.0)
                 ax.axhline(0.5, color="0.4", linestyle=":", linewidth=1)
                 ax.set_ylim(0, 1.05)
                 ax.set_ylabel("AUROC, clean vs this type")
-                ax.set_title(f"noise-score AUROC at noise {rate_label(rate)}")
-    fig.legend(
-        handles=[Patch(facecolor=styles[m]["color"], hatch="//" if m in setting.oracles else None, edgecolor="white",
-                       label=_label(setting, m)) for m in used],
-        loc="outside lower center", ncols=min(len(used), 6), frameon=False,
-    )
+                ax.set_title(f"noise-score AUROC, noise {rate_label(rate)}")
+    handles = [Patch(facecolor=styles[m]["color"], hatch="//" if m in setting.oracles else None, edgecolor="white",
+                     label=_label(setting, m)) for m in used]
+    if any(flagged.values()) and not caught.empty:
+        handles.append(Line2D([], [], color="0.3", linestyle="--", label="its flag rate (what a random partition catches)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     return _save(fig, out, "detection_by_noise_type", "Detection by noise type",
                  "Top: the share of each kind of noisy sample (reference image, caption or target image swapped) "
-                 "that a partitioning method did not keep as clean; a low bar is noise the method misses. "
-                 "Bottom: AUROC of the noise score, clean samples against that noise type (0.5 = chance).")
+                 "that a partitioning method did not keep as clean; a low bar is noise the method misses. The dashed "
+                 "line in a method's colour is the share of all training samples it flagged: a random partition with "
+                 "that flag rate catches that share of every type, so only bars above the line are real detection. Bottom: AUROC of the noise score, clean samples against that noise type (0.5 = chance).")
 
 
 def _scored(setting: Setting) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
-from cirbench.report.tables import best_per_rate, rate_label
+from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
 
 
 def _best_purity(setting: Setting) -> list[str]:
@@ -16,16 +16,20 @@ def _best_purity(setting: Setting) -> list[str]:
     if overall.empty:
         return []
     means = overall.groupby(["noise_rate", "method"]).purity.mean()
+    runs = setting.runs.set_index("run_id")
+    clean_share = (1.0 - runs.n_noisy / runs.n_train).reindex(overall.run_id).groupby(overall.noise_rate.to_numpy()).mean()
     parts = []
     for rate in sorted(means.index.get_level_values(0).unique()):
         block = means.xs(rate)
-        parts.append(f"{rate_label(rate)}: {block.idxmax()} ({100 * block.max():.1f}% clean)")
+        parts.append(f"{rate_label(rate)}: {block.idxmax()} ({100 * block.max():.1f}% clean; "
+                     f"a random subset: {100 * clean_share[rate]:.1f}%)")
     return ["Cleanest kept set: " + "; ".join(parts) + "."]
 
 
 def _misses(setting: Setting) -> list[str]:
     last = final_epoch(setting.purity)
     typed = last[last.noise_type.isin(NOISE_TYPES) & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
+    flagged = flagged_shares(setting)
     lines = []
     for method in setting.methods:
         rows = typed[typed.method == method]
@@ -38,6 +42,8 @@ def _misses(setting: Setting) -> list[str]:
         for rate in sorted(means.index.get_level_values(0).unique()):
             block = means.xs(rate)
             shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{block.min():.2f}"
+            if value == "noise_recall" and method in flagged.get(float(rate), {}):
+                shown += f" of them, flags {100 * flagged[float(rate)][method]:.0f}% of all samples"
             parts.append(f"{rate_label(rate)}: {block.idxmin()} ({what} {shown})")
         lines.append(f"{method} misses most: " + "; ".join(parts) + ".")
     return lines

@@ -311,3 +311,17 @@ def to_html(table: TableModel) -> str:
         tds = "".join(f"<td>{mark(c)}</td>" for c in cells)
         body.append(f"<tr{row_class}>{first}<td class=\"method\">{html.escape(method)}</td>{tds}</tr>")
     return f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def flagged_shares(setting: Setting) -> dict[float, dict[str, float]]:
+    """Per noise rate and partitioning method, the share of all training samples not kept
+    as clean at the final epoch (mean over seeds): what a random partition with the same
+    flag rate catches of every noise type."""
+    last = final_epoch(setting.purity)
+    overall = last[(last.noise_type == "all") & (last.noise_rate > 0)]
+    selected = pd.to_numeric(overall.n_selected, errors="coerce")
+    share = (1.0 - selected / pd.to_numeric(overall.n_samples, errors="coerce")).dropna()
+    result: dict[float, dict[str, float]] = {}
+    for (rate, method), value in share.groupby([overall.noise_rate, overall.method]).mean().items():
+        result.setdefault(float(rate), {})[method] = float(value)
+    return result
