@@ -21,12 +21,17 @@ class BackboneFactory(Protocol):
 class TinyFactory:
     """The CPU default."""
 
-    description = "small CNN tower + 2-layer Q-Former-style composer; CPU, no download"
+    description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights random (default), "
+                   "stage1 (composer image-text pre-trained) or pretrained (tower pre-trained)")
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
         from cirbench.backbones.tiny import TinyBackbone
 
-        return TinyBackbone(tower=weights or "random", cache_dir=cache_dir, seed=seed)
+        tag = weights or "random"
+        if tag not in ("random", "pretrained", "stage1"):
+            raise ValueError(f"tiny backbone: unknown --weights {tag!r}; choose random, stage1 or pretrained")
+        composer = "stage1" if tag == "stage1" else "random"
+        return TinyBackbone(tower="random" if tag == "stage1" else tag, cache_dir=cache_dir, seed=seed, composer=composer)
 
 
 BACKBONES: Registry[BackboneFactory] = Registry("backbone")

@@ -4,7 +4,9 @@ The tower turns a 32x32 image into a 4x4 grid of 64-d patch tokens, layer-normal
 (without the normalisation the composer does not learn from cached tokens). Its weights
 are either a seeded random initialisation or a short contrastive pre-training on synthetic
 image-caption pairs disjoint from the benchmark (:mod:`cirbench.backbones.tower_pretrain`);
-see ``docs/backbones.md`` for the measurement behind the default.
+see ``docs/backbones.md`` for the measurement behind the default. The composer starts from
+random weights, or (``composer="stage1"``) from an image-text pre-training on such pairs,
+like BLIP-2's Q-Former (:mod:`cirbench.backbones.composer_pretrain`).
 
 Text uses a hashing word tokenizer (no vocabulary file): a word's id is a CRC32 of the
 word modulo the vocabulary size, so any dataset's text works with no download.
@@ -107,6 +109,7 @@ class TinyBackbone(Backbone):
         tower: str = "random",
         cache_dir: Path | None = None,
         seed: int = 0,
+        composer: str = "random",
     ) -> None:
         super().__init__()
         self.hidden_size, self.embed_dim, self.num_query_tokens = hidden_size, embed_dim, num_query_tokens
@@ -128,6 +131,13 @@ class TinyBackbone(Backbone):
             self.final_norm = nn.LayerNorm(hidden_size)
             self.text_proj = nn.Linear(hidden_size, embed_dim)
             self.vision_proj = nn.Linear(hidden_size, embed_dim)
+        if composer == "stage1":
+            from cirbench.backbones.composer_pretrain import load_pretrained_composer
+
+            load_pretrained_composer(self, cache_dir, lambda: TinyBackbone(
+                hidden_size, embed_dim, num_query_tokens, num_layers, num_heads, tower, cache_dir, seed=0))
+        elif composer != "random":
+            raise ValueError(f"tiny backbone: unknown composer {composer!r}; choose 'random' or 'stage1'")
 
     def _frozen_tower(self, kind: str, cache_dir: Path | None) -> TinyTower:
         if kind == "random":

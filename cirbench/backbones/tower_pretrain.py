@@ -43,7 +43,9 @@ class ObjectCaptionEncoder(nn.Module):
         return F.normalize((per_object * present).sum(1), dim=-1)
 
 
-def _pretraining_scenes(rng: np.random.Generator, n: int) -> tuple[list, torch.Tensor]:
+def pretraining_scenes(rng: np.random.Generator, n: int) -> tuple[list, torch.Tensor]:
+    """``n`` scenes of 1 or 5 objects (the benchmark has 2 to 4) and their objects as (n, 5, 4)
+    indices (colour, shape, size, cell), -1 where a scene has fewer objects."""
     from cirbench.data.shapes import SHAPES_COLOURS, SHAPES_SHAPES, ShapeObject
 
     kinds = len(SHAPES_COLOURS) * len(SHAPES_SHAPES)
@@ -68,7 +70,7 @@ def pretrain_tiny_tower(steps: int = 300, batch_size: int = 256, pool: int = 120
     from cirbench.data.shapes import render_scenes
 
     rng = np.random.default_rng([seed, 7])
-    scenes, objects = _pretraining_scenes(rng, pool)
+    scenes, objects = pretraining_scenes(rng, pool)
     pixels = torch.from_numpy(render_scenes(scenes, rng)).permute(0, 3, 1, 2).float()
     pixels = (pixels / 255.0 - 0.5) / 0.25
     with torch.random.fork_rng():

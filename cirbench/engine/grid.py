@@ -99,6 +99,14 @@ def dataset_label(spec: GridSpec) -> str:
     return f"{spec.dataset}[{options}]" if options else spec.dataset
 
 
+def backbone_label(spec: GridSpec) -> str:
+    """The ``backbone`` column of the results: the name, with its ``--weights`` if given
+    (the last path component for a directory or file), e.g. ``tiny[stage1]``."""
+    if not spec.weights:
+        return spec.backbone
+    return f"{spec.backbone}[{Path(spec.weights.rstrip('/')).name or spec.weights}]"
+
+
 def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: MethodConfig, rate: float, seed: int) -> str:
     """A deterministic id from everything that changes a cell's numbers."""
     identity = json.dumps(
@@ -172,7 +180,7 @@ class Grid:
             for rate in spec.noise_rates:
                 for seed in spec.seeds:
                     key = CellKey(
-                        run_id_for(spec, name, entry.obj, config, rate, seed), name, dataset_label(spec), spec.backbone,
+                        run_id_for(spec, name, entry.obj, config, rate, seed), name, dataset_label(spec), backbone_label(spec),
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))
