@@ -39,11 +39,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
-from cirbench.losses import robust_contrastive
+from cirbench.losses import info_nce, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
 from cirbench.ot import sinkhorn_log
 
 FidelityVariant = Literal["eq3", "release"]
+RankingLoss = Literal["rcl", "infonce"]
 TargetMatrix = Literal["paper", "ones", "minus_ones", "zeros"]
 BoundarySampling = Literal["gaussian", "uniform", "laplace", "empirical"]
 
@@ -84,7 +85,10 @@ class ConeSepConfig(MethodConfig):
     the negative branch uses the shared query tokens and a negated text),
     ``ot_negative`` [11] (off: C- is a constant, so F_neg does not steer the plan), ``ot``
     [12] (off: Y = L), ``unlearning`` [13] (L_ul), ``rcl`` [14] (L_robust);
-    ``boundary_sampling`` (Tables 5-6) and ``K`` (Fig. 8).
+    ``boundary_sampling`` (Tables 5-6) and ``K`` (Fig. 8). Not in the paper:
+    ``ranking_loss = infonce`` puts InfoNCE in place of RCL (Eq. 4), a diagnostic that keeps
+    every other part of ConeSep (RCL flattens the similarity matrix on ``shapes``; see
+    ``docs/conesep.md``).
     """
 
     K: int = 4
@@ -113,6 +117,7 @@ class ConeSepConfig(MethodConfig):
     ot: bool = True
     unlearning: bool = True
     rcl: bool = True
+    ranking_loss: RankingLoss = "rcl"
 
     def __post_init__(self) -> None:
         checks = {
@@ -127,7 +132,7 @@ class ConeSepConfig(MethodConfig):
             raise ValueError(f"conesep: invalid value for {', '.join(bad)} ({', '.join(f'{b}={getattr(self, b)!r}' for b in bad)})")
         choices = {
             "fidelity_variant": ("eq3", "release"), "target_matrix": ("paper", "ones", "minus_ones", "zeros"),
-            "boundary_sampling": ("gaussian", "uniform", "laplace", "empirical"),
+            "boundary_sampling": ("gaussian", "uniform", "laplace", "empirical"), "ranking_loss": ("rcl", "infonce"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -353,7 +358,7 @@ class ConeSep(Method):
 
         none = sim.sum() * 0.0  # a disabled term: zero, but attached to the graph
         parts = {
-            "robust": robust_contrastive(sim, cfg.tau) if cfg.rcl else none,
+            "robust": (robust_contrastive(sim, cfg.tau) if cfg.ranking_loss == "rcl" else info_nce(sim, cfg.tau)) if cfg.rcl else none,
             "intra": query_oriented_loss(composed, negative, clean) if cfg.query_loss else none,
         }
         if epoch < cfg.warmup_epochs:

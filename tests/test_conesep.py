@@ -277,6 +277,20 @@ def test_loss_switches_zero_their_term(backbone_state) -> None:
     assert full["robust"] > 0 and full["ul"] > 0
 
 
+def test_ranking_loss_switch_puts_infonce_in_place_of_rcl(backbone_state) -> None:
+    from cirbench.backbones.base import max_token_similarity
+    from cirbench.losses import info_nce
+
+    method = make_method(backbone_state, ranking_loss="infonce")
+    batch = make_batch(method.backbone)
+    composed, _ = method.composed_and_negative(batch)
+    expected = info_nce(max_token_similarity(composed, method.backbone.target_features(batch.target)), method.config.tau)
+    assert _parts(method, 0)["robust"] == pytest.approx(float(expected), rel=1e-5)
+    assert _parts(make_method(backbone_state), 0)["robust"] != pytest.approx(float(expected), rel=1e-3)
+    with pytest.raises(ValueError, match="ranking_loss"):
+        ConeSepConfig(ranking_loss="hinge")
+
+
 def test_target_matrix_zeros_gives_a_constant_loss_without_gradient(backbone_state) -> None:
     method = make_method(backbone_state, target_matrix="zeros", rcl=False, query_loss=False)
     out = method.training_step(make_batch(method.backbone), epoch=0, step=0)
