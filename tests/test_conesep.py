@@ -285,8 +285,8 @@ def test_ranking_loss_switch_puts_infonce_in_place_of_rcl(backbone_state) -> Non
     batch = make_batch(method.backbone)
     composed, _ = method.composed_and_negative(batch)
     expected = info_nce(max_token_similarity(composed, method.backbone.target_features(batch.target)), method.config.tau)
-    assert _parts(method, 0)["robust"] == pytest.approx(float(expected), rel=1e-5)
-    assert _parts(make_method(backbone_state), 0)["robust"] != pytest.approx(float(expected), rel=1e-3)
+    assert _parts(method, 0)["robust"] == pytest.approx(expected.item(), rel=1e-5)
+    assert _parts(make_method(backbone_state), 0)["robust"] != pytest.approx(expected.item(), rel=1e-3)
     with pytest.raises(ValueError, match="ranking_loss"):
         ConeSepConfig(ranking_loss="hinge")
 
