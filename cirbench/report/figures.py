@@ -253,7 +253,8 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
                  "Top: the share of each kind of noisy sample (reference image, caption or target image swapped) "
                  "that a partitioning method did not keep as clean; a low bar is noise the method misses. The dashed "
                  "line in a method's colour is the share of all training samples it flagged: a random partition with "
-                 "that flag rate catches that share of every type, so only bars above the line are real detection. Bottom: AUROC of the noise score, clean samples against that noise type (0.5 = chance).")
+                 "that flag rate catches that share of every type, so only bars above the line are real detection. "
+                 "Bottom: AUROC of the noise score, clean samples against that noise type (0.5 = chance).")
 
 
 def _scored(setting: Setting) -> pd.DataFrame:
