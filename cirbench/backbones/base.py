@@ -9,6 +9,7 @@ written against this interface only, so it runs unchanged on ``tiny``, ``blip2``
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -130,3 +131,13 @@ def max_token_similarity(queries: torch.Tensor, targets: torch.Tensor) -> torch.
     """BLIP-2 retrieval similarity: queries (N, E) against targets (M, Q, E) -> (N, M), the
     maximum over target tokens of the dot product. One matrix product, no Python loops."""
     return torch.einsum("ne,mqe->nmq", queries, targets).amax(dim=-1)
+
+
+def weights_digest(module: nn.Module, preprocessing: str) -> int:
+    """CRC32 of a frozen tower's preprocessing description and every tensor of its state
+    (names and raw bytes): the stable part of a ``tower_key``."""
+    digest = zlib.crc32(preprocessing.encode())
+    for name, tensor in module.state_dict().items():
+        digest = zlib.crc32(name.encode(), digest)
+        digest = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
+    return digest

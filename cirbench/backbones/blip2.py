@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch
+from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch, weights_digest
 from cirbench.backbones.preprocess import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImagePrep
 
 DEFAULT_WEIGHTS = "Salesforce/blip2-itm-vit-g"
@@ -172,10 +171,7 @@ class Blip2Backbone(Backbone):
 
     def tower_key(self) -> str:
         if self._tower_key is None:
-            digest = zlib.crc32(self.prep.describe().encode())
-            for name, tensor in self.vision.state_dict().items():
-                digest = zlib.crc32(name.encode(), digest)
-                digest = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
+            digest = weights_digest(self.vision, self.prep.describe())
             slug = "".join(c if c.isalnum() else "_" for c in Path(self.source).name)[-40:]
             self._tower_key = f"blip2-{slug}-{digest:08x}"
         return self._tower_key

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch
+from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch, weights_digest
 from cirbench.backbones.preprocess import ImagePrep
 from cirbench.backbones.tiny import ComposerLayer
 
@@ -214,10 +213,7 @@ class ClipBackbone(Backbone):
 
     def tower_key(self) -> str:
         if self._tower_key is None:
-            digest = zlib.crc32(self.prep.describe().encode())
-            for name, tensor in self.clip.visual.state_dict().items():
-                digest = zlib.crc32(name.encode(), digest)
-                digest = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
+            digest = weights_digest(self.clip.visual, self.prep.describe())
             slug = "".join(c if c.isalnum() or c in "-" else "_" for c in Path(self.source).name)[-40:]
             self._tower_key = f"clip-{slug}-{digest:08x}"
         return self._tower_key
