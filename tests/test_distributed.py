@@ -78,8 +78,8 @@ def _tables(output: Path) -> dict[str, pd.DataFrame]:
     return {name: pd.read_parquet(output / name) for name in ("runs", "losses", "metrics", "purity", "scores")}
 
 
-def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+def test_two_gloo_processes_match_one_process(tmp_path: Path, cache_dir: Path) -> None:
+    data_dir = cache_dir
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
