@@ -71,6 +71,9 @@ def run(
     scheduler_option: list[str] = typer.Option(
         [], "--scheduler-option", help="With --launcher: a submitit parameter key=value, e.g. slurm_partition=gpu, timeout_min=600."
     ),
+    jobs: int = typer.Option(
+        0, "--jobs", "-j", envvar="CIRBENCH_JOBS", help="Cells at once, one process each (0: two on a CPU with two or "
+        "more cores, else one). Not with --launcher or torchrun."),
     report_: bool = typer.Option(False, "--report", help="Build the report (see `cirbench report`) after the grid."),
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
@@ -111,7 +114,7 @@ def run(
             _fail(str(exc))
         raise typer.Exit(code)
 
-    outcomes = _run_grid(grid, grid.cells)
+    outcomes = _run_grid(grid, grid.cells, _jobs(jobs, spec.device))
     _summary(grid, outcomes)
     if report_ and is_main_process():
         _build_report(output, report_dir)
@@ -119,8 +122,23 @@ def run(
         raise typer.Exit(1)
 
 
-def _run_grid(grid, cells: list) -> list:
-    """The grid's reference rows, then ``cells``, with a live progress line per cell."""
+def _jobs(jobs: int, device: str) -> int:
+    """``--jobs``: 0 picks :func:`~cirbench.engine.parallel.default_jobs`; under torchrun one."""
+    from cirbench.engine.distributed import world_size
+    from cirbench.engine.parallel import default_jobs
+
+    if jobs < 0:
+        _fail("--jobs must be 0 (automatic) or more")
+    return 1 if world_size() > 1 else (jobs or default_jobs(device))
+
+
+def _headline(results: dict) -> float:
+    return results.get("all", results.get("average", {})).get("recall@10", math.nan)
+
+
+def _run_grid(grid, cells: list, jobs: int = 1) -> list:
+    """The grid's reference rows, then ``cells`` (``jobs`` at a time in separate processes
+    when more than one), with a progress line per cell."""
     outcomes = []
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -136,6 +154,10 @@ def _run_grid(grid, cells: list) -> list:
                 progress.console.print(f"[red]reference row {cell.key.method} failed: {outcome.error}[/]")
             outcomes.append(outcome)
         progress.update(task, status=", ".join(sorted({c.key.method for c in references})))
+        pending = [c for c in cells if grid.spec.overwrite or not grid.store.is_complete(c.key.run_id)]
+        if min(jobs, len(pending)) > 1:
+            outcomes += _run_in_processes(grid, cells, jobs, progress)
+            return outcomes
         for cell in cells:
             k = cell.key
             task = progress.add_task(f"{k.method:>8} noise={k.noise_rate:<4g} seed={k.seed}", total=None, status="")
@@ -145,7 +167,7 @@ def _run_grid(grid, cells: list) -> list:
                 if "loss" in info:
                     state["loss"] = info["loss"]
                 if "recall" in info:
-                    state["r10"] = info["recall"].get("all", info["recall"].get("average", {})).get("recall@10", math.nan)
+                    state["r10"] = _headline(info["recall"])
                 progress.update(
                     task, total=info["total_steps"], completed=info["step"] + ("recall" not in info),
                     status=f"epoch {info['epoch'] + 1}  loss {state['loss']:.3f}  R@10 {state['r10']:.3f}",
@@ -175,6 +197,8 @@ def calibrate(
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16."),
+    jobs: int = typer.Option(0, "--jobs", "-j", envvar="CIRBENCH_JOBS",
+                             help="Cells at once, one process each (0: two on a CPU with two or more cores, else one)."),
 ) -> None:
     """Check that a setting is in the papers' regime: sprc, the perfect filter and the reference
     rows against the calibration targets (see docs/benchmark.md); exit 1 if a target is missed."""
@@ -193,7 +217,7 @@ def calibrate(
         _fail(str(exc))
         return
     _prepare_file_dataset(grid)
-    outcomes = _run_grid(grid, grid.cells)
+    outcomes = _run_grid(grid, grid.cells, _jobs(jobs, device))
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         console.print(f"[red]{o.cell.key.method} at {o.cell.key.noise_rate:g}, seed {o.cell.key.seed} failed: {escape(o.error)}[/]")
@@ -217,6 +241,29 @@ def calibrate(
     console.print(f"written: {path}")
     if failed or any(c.passed is False for c in checks):
         raise typer.Exit(1)
+
+
+def _run_in_processes(grid, cells: list, jobs: int, progress: Progress) -> list:
+    """``cells`` in ``jobs`` worker processes (the caches exist already: the reference rows
+    built them); a progress line per cell, updated when it ends."""
+    from cirbench.engine.grid import CellOutcome
+    from cirbench.engine.parallel import progress_text, run_in_processes
+
+    outcomes, tasks, todo = [], {}, []
+    for cell in cells:
+        k = cell.key
+        tasks[k.run_id] = (cell, progress.add_task(f"{k.method:>8} noise={k.noise_rate:<4g} seed={k.seed}", total=1, status=""))
+        if not grid.spec.overwrite and grid.store.is_complete(k.run_id):
+            progress.update(tasks[k.run_id][1], completed=1, status="already complete (skipped)")
+            outcomes.append(CellOutcome(cell, "skipped"))
+        else:
+            todo.append(k.run_id)
+            progress.update(tasks[k.run_id][1], status=f"queued ({jobs} at a time)")
+    for result in run_in_processes(grid.spec, todo, jobs):
+        cell, task = tasks[result["run_id"]]
+        progress.update(task, completed=1, status=progress_text(result, _headline))
+        outcomes.append(CellOutcome(cell, result["status"], result["final"], result["error"]))
+    return outcomes
 
 
 def _dataset_options(entries: list[str]) -> dict[str, str]:

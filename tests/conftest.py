@@ -3,11 +3,16 @@ the ``tiny`` backbone's default start pre-trained once, at a test's size."""
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
+
+# One cell at a time, in this process, unless a test asks for more: the in-process
+# monkeypatches (quick pre-training, test datasets) do not reach worker processes.
+os.environ["CIRBENCH_JOBS"] = "1"
 
 QUICK_STAGE1 = dict(steps=6, batch_size=16, pool=64)
 QUICK_CIR = dict(steps=6, batch_size=16, n_scenes=40, mods=2)

@@ -237,11 +237,7 @@ class Grid:
         tables = {}
         outcome = CellOutcome(cell, "failed")
         try:
-            dataset = self.dataset()
-            row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
-                       n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""))
-            backbone = BACKBONES.get(spec.backbone)(key.seed, spec.cache_dir, spec.weights)
-            tokens = self.tokens(backbone, announce)
+            dataset, backbone, tokens = self._start(key, row, announce)
             noisy, manifest = inject_noise(
                 dataset, spec.noise_protocol, key.noise_rate, key.seed,
                 image_features=lambda: np.asarray(tokens, dtype=np.float32).mean(axis=1),
@@ -272,6 +268,14 @@ class Grid:
             outcome = CellOutcome(cell, "failed", error=f"{type(exc).__name__}: {exc}")
         self._finish(key, row, started, tables)
         return outcome
+
+    def _start(self, key: CellKey, row: dict, announce: Callable[[str], None]) -> tuple[CIRDataset, object, np.ndarray]:
+        """The dataset (recorded in ``row``), a fresh backbone for ``key``'s seed and the tower tokens."""
+        dataset = self.dataset()
+        row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
+                   n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""))
+        backbone = BACKBONES.get(self.spec.backbone)(key.seed, self.spec.cache_dir, self.spec.weights)
+        return dataset, backbone, self.tokens(backbone, announce)
 
     def _base_row(self, cell: Cell, started: dt.datetime) -> dict:
         """A ``runs`` row as a failed attempt: what is known before the cell runs."""
@@ -312,12 +316,8 @@ class Grid:
         row["is_reference"] = True
         tables, outcome = {}, CellOutcome(cell, "failed")
         try:
-            dataset = self.dataset()
-            row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
-                       n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""))
+            dataset, backbone, tokens = self._start(key, row, announce)
             device = torch.device(spec.device)
-            backbone = BACKBONES.get(spec.backbone)(key.seed, spec.cache_dir, spec.weights)
-            tokens = self.tokens(backbone, announce)
             method = cell.method_cls(backbone, cell.config, None).to(device)
             final = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
             tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe())}
