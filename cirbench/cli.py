@@ -161,7 +161,8 @@ def _print_problems(problems: list, limit: int) -> None:
         table.add_column(column, overflow="fold")
     shown = problems if limit <= 0 else problems[:limit]
     for p in shown:
-        table.add_row(escape(p.file), escape(p.entry), ("[red]fatal:[/] " if p.fatal else "") + escape(p.problem))
+        mark = "[red]fatal:[/] " if p.fatal else "[yellow]warning:[/] " if p.severity == "warning" else ""
+        table.add_row(escape(p.file), escape(p.entry), mark + escape(p.problem))
     console.print(table)
     if len(shown) < len(problems):
         console.print(f"... and {len(problems) - len(shown)} more (use --limit 0 or --json FILE to see all)")
@@ -178,12 +179,15 @@ def _prepare_file_dataset(grid) -> None:
     try:
         dataset = grid.dataset()
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.problems, 30)
+        _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
         return
     except (ValueError, OSError) as exc:
         _fail(str(exc))
         return
+    if dataset.info.get("n_warnings"):
+        console.print(f"[yellow]warning:[/] {dataset.info['n_warnings']} warning(s) in the dataset's files (e.g. exact "
+                      f"repeats; kept, counted in the runs table; `cirbench data check` lists them)")
     dropped = dataset.info.get("dropped") or []
     if dropped:
         console.print(f"[yellow]warning:[/] --allow-missing: {len(dropped)} samples or gallery images dropped "
@@ -251,12 +255,15 @@ def data_check(
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the per-image decode verdicts are cached."),
     limit: int = typer.Option(50, "--limit", help="Problems to print (0: all)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report as JSON to this file."),
+    deep: bool = typer.Option(False, "--deep", help="Decode every image fully (slow); by default image headers are verified."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Threads checking images (default: a few per core)."),
 ) -> None:
-    """Validate a dataset's files: JSON syntax, fields, split membership, image files, duplicates, paths."""
+    """Validate a dataset's files: JSON syntax, fields, split membership, image files, repeats, paths.
+    Errors exit 1; warnings (entries the public loaders accept, e.g. exact repeats) are listed and exit 0."""
     from cirbench.data.check import check_dataset
 
     try:
-        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir)
+        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
     except (KeyError, ValueError) as exc:
         _fail(str(exc))
         return
@@ -267,13 +274,17 @@ def data_check(
 
         atomic_write_text(json.dumps(report.as_dict(), indent=1), json_out)
     counts = ", ".join(f"{k} {v}" for k, v in report.counts.items())
-    if report.ok:
+    if not report.problems:
         console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
         return
     _print_problems(report.problems, limit)
     kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
-    console.print(f"[bold red]{dataset} at {report.root}: {len(report.problems)} problem(s)[/] ({kinds}; "
-                  f"{len(report.fatal)} fatal); read: {counts}")
+    if report.ok:
+        console.print(f"[yellow]{dataset} at {report.root}: no errors, {len(report.warnings)} warning(s)[/] ({kinds}; "
+                      f"warnings never block `cirbench run`); read: {counts}")
+        return
+    console.print(f"[bold red]{dataset} at {report.root}: {len(report.errors)} error(s)[/] ({kinds}; "
+                  f"{len(report.fatal)} fatal, {len(report.warnings)} warning(s)); read: {counts}")
     raise typer.Exit(1)
 
 
@@ -301,7 +312,7 @@ def predict(
             allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
         )
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.problems, 30)
+        _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
         return
     except (CheckpointError, KeyError, ValueError, OSError) as exc:

@@ -239,14 +239,15 @@ class Grid:
             "dataset_key": "", "noise_manifest_hash": "", "noise_manifest_path": "", "eval_protocol": "",
             "n_train": 0, "n_noisy": 0, "epochs": spec.epochs, "started": started.isoformat(),
             "finished": "", "wall_seconds": 0.0, "steps": 0, "model_seconds": 0.0, "seconds_per_step": float("nan"),
-            "n_dropped": 0, "dropped_path": "", "checkpoint_path": "",
+            "n_dropped": 0, "dropped_path": "", "checkpoint_path": "", "n_warnings": 0,
         }
         tables = {}
         outcome = CellOutcome(cell, "failed")
         try:
             dataset = self.dataset()
             row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
-                       n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""))
+                       n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""),
+                       n_warnings=int(dataset.info.get("n_warnings", 0)))
             backbone = BACKBONES.get(spec.backbone)(key.seed, spec.cache_dir, spec.weights)
             tokens = self.tokens(backbone, announce)
             noisy, manifest = inject_noise(
