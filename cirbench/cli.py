@@ -75,7 +75,7 @@ def run(
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
     """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
-    from cirbench.engine.distributed import init_distributed
+    from cirbench.engine.distributed import init_distributed, is_main_process
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.engine.precision import PRECISIONS
 
@@ -139,7 +139,7 @@ def run(
             outcomes.append(outcome)
 
     _summary(grid, outcomes)
-    if report_:
+    if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
         _build_report(output, report_dir)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)

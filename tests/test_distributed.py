@@ -116,3 +116,41 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     metrics = one["metrics"].merge(two["metrics"], on=keys, suffixes=("_1", "_2"))
     assert len(metrics) == len(one["metrics"]) > 0
     np.testing.assert_allclose(metrics.value_2, metrics.value_1, atol=0.0051)  # at most one of 200 queries moves
+
+
+FLAKY = '''
+import torch.distributed as dist
+from cirbench_methods.sprc import SPRC
+
+
+class Flaky(SPRC):
+    """sprc whose rank 1 raises at its third step, while rank 0 is inside the step's collectives."""
+
+    name = "flaky"
+    version = "1"
+
+    def training_step(self, batch, epoch, step):
+        if dist.is_initialized() and dist.get_rank() == 1 and step >= 2:
+            raise ValueError("flaky gives up on rank 1")
+        return super().training_step(batch, epoch, step)
+'''
+
+
+def test_a_failure_on_one_rank_fails_the_cell_on_every_rank_and_the_grid_goes_on(tmp_path: Path) -> None:
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(FLAKY)
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "cirbench.cli",
+               "run", "--plugin", str(plugin), "--methods", "flaky,sprc", "--noise", "0.5", "--dataset", "shapes-mini",
+               "--epochs", "1", "--batch-size", "150", "--output", str(out), "--cache-dir", str(tmp_path / "data"),
+               "--save", "--report", "--report-dir", str(reports)]
+    # the bound is the point: before, gloo aborted both ranks on the collective mismatch, or they waited for the timeout
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=60)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # a cell failed: exit 1 on every rank
+    runs = pd.read_parquet(out / "runs").set_index("method")
+    assert runs.status.to_dict() == {"flaky": "failed", "sprc": "completed"}
+    error = runs.error["flaky"]
+    assert error.startswith("failed on rank 1 of 2") and error.rstrip().endswith("ValueError: flaky gives up on rank 1")
+    assert runs.device["sprc"].endswith("x2 ranks") and (out / "checkpoints").is_dir()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == [f"{runs.run_id['sprc']}.pt"]
+    assert (reports / "index.html").is_file() and "flaky gives up on rank 1" in (reports / "report.md").read_text()
