@@ -13,6 +13,7 @@ import cirbench
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
+from cirbench.report.reproduction import reproduction_table
 from cirbench.report.tables import TableModel, gain_table, purity_table, recall_table
 
 
@@ -54,11 +55,13 @@ def _provenance(data: ReportData) -> list[str]:
     return lines
 
 
-def assemble(data: ReportData, output: Path) -> ReportContent:
-    """Compute the tables and write the figures of every setting under ``output/<setting>/``."""
+def assemble(data: ReportData, output: Path, references: pd.DataFrame | None = None) -> ReportContent:
+    """Compute the tables and write the figures of every setting under ``output/<setting>/``;
+    ``references``: published numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
     sections = []
     for setting in data.settings:
-        tables = [t for t in (recall_table(setting), gain_table(setting), purity_table(setting)) if t is not None]
+        tables = [t for t in (recall_table(setting), gain_table(setting), purity_table(setting),
+                              reproduction_table(setting, references)) if t is not None]
         figures = all_figures(setting, output / setting.slug)
         sections.append(Section(setting, at_a_glance(setting), tables, figures))
     n_runs = sum(len(s.runs) for s in data.settings)
