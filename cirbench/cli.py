@@ -221,13 +221,13 @@ def _summary(grid, outcomes) -> None:
     console.print(table)
 
 
-def _build_report(results: Path, output: Path, references: list[Path] | None = None) -> bool:
+def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
     from cirbench.report import ReportError, build_report
-    from cirbench.report.published import ReferencesFileError
+    from cirbench.report.published import PublishedFileError
 
     try:
-        page = build_report(results, output, references or [])
-    except (ReportError, ReferencesFileError) as exc:
+        page = build_report(results, output, published or [])
+    except (ReportError, PublishedFileError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return False
     console.print(f"report written: {page} and {output / 'report.md'}")
@@ -238,13 +238,13 @@ def _build_report(results: Path, output: Path, references: list[Path] | None = N
 def report(
     results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
     output: Path = typer.Option(Path("reports"), "--output", "-o", help="Where the figures, report.md and index.html go."),
-    reference: list[Path] = typer.Option(
-        [], "--reference", help="A CSV of your own reference numbers, in the layout of the shipped published tables; repeatable."
+    published: list[Path] = typer.Option(
+        [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."
     ),
 ) -> None:
     """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
     FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
-    if not _build_report(results, output, reference):
+    if not _build_report(results, output, published):
         raise typer.Exit(2)
 
 

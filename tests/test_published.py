@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.report.published import METRICS, ReferencesFileError, load_references, read_references
+from cirbench.report.published import METRICS, PublishedFileError, load_published, read_published
 from fixtures import write_cirr, write_fashioniq
 
 
@@ -22,7 +22,7 @@ def _row(refs: pd.DataFrame, source: str, method: str, rate: float) -> pd.Series
 
 
 def test_the_shipped_tables_are_complete_and_carry_their_provenance() -> None:
-    refs = load_references()
+    refs = load_published()
     sizes = refs.groupby(["dataset", "source", "table"]).size().to_dict()
     assert sizes == {("cirr", "ConeSep paper", "Table 2"): 28, ("cirr", "HUG paper (arXiv 2601.11393)", "Table 2"): 12,
                      ("fashioniq", "ConeSep paper", "Table 1"): 28, ("fashioniq", "HUG paper (arXiv 2601.11393)", "Table 1"): 18}
@@ -52,16 +52,16 @@ def test_the_shipped_tables_are_complete_and_carry_their_provenance() -> None:
     (lambda f: f.assign(**{"dress R@10": "3"}), "dress R@10 are not cirr metrics"),
     (lambda f: f.rename(columns={"R@5": "recall@5"}), "unknown column(s) recall@5"),
 ])
-def test_a_bad_reference_file_is_refused_with_file_line_and_reason(tmp_path, edit, message) -> None:
+def test_a_bad_file_of_numbers_is_refused_with_file_line_and_reason(tmp_path, edit, message) -> None:
     good = pd.DataFrame([{"dataset": "cirr", "source": "my lab", "table": "run 3", "split": "val",
                           "protocol": "cirr:ref-excluded:R@1,5,10,50+subset@1,2,3", "noise_rate": "0.5",
                           "method": "sprc-mine", "cirbench_method": "sprc", "note": "", "R@1": "40.1", "R@5": "70.2"}])
     path = tmp_path / "mine.csv"
     good.to_csv(path, index=False)
-    assert read_references(path).loc[0, "R@5"] == 70.2
+    assert read_published(path).loc[0, "R@5"] == 70.2
     edit(good).to_csv(path, index=False)
-    with pytest.raises(ReferencesFileError) as info:
-        read_references(path)
+    with pytest.raises(PublishedFileError) as info:
+        read_published(path)
     assert str(path) in str(info.value) and message in str(info.value)
 
 
@@ -86,7 +86,7 @@ def test_the_report_sets_published_rows_and_gaps_beside_the_runs(results, tmp_pa
                    "protocol": "fashioniq:ref-keep:R@10,50", "noise_rate": "0.5", "method": "SPRC (ours, BLIP-2)",
                    "cirbench_method": "sprc", "note": "", "AVG": "55.5"}]).to_csv(mine, index=False)
     out = tmp_path / "report"
-    done = CliRunner().invoke(app, ["report", "--results", str(results), "--output", str(out), "--reference", str(mine)])
+    done = CliRunner().invoke(app, ["report", "--results", str(results), "--output", str(out), "--published", str(mine)])
     assert done.exit_code == 0, done.output
     text = (out / "report.md").read_text()
     sections = {part.split(",", 1)[0]: part for part in text.split("\n## ")[1:]}

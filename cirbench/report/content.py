@@ -55,13 +55,13 @@ def _provenance(data: ReportData) -> list[str]:
     return lines
 
 
-def assemble(data: ReportData, output: Path, references: pd.DataFrame | None = None) -> ReportContent:
+def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = None) -> ReportContent:
     """Compute the tables and write the figures of every setting under ``output/<setting>/``;
-    ``references``: published numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
+    ``published``: the papers' numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
     sections = []
     for setting in data.settings:
         tables = [t for t in (recall_table(setting), gain_table(setting), purity_table(setting),
-                              reproduction_table(setting, references)) if t is not None]
+                              reproduction_table(setting, published)) if t is not None]
         figures = all_figures(setting, output / setting.slug)
         sections.append(Section(setting, at_a_glance(setting), tables, figures))
     n_runs = sum(len(s.runs) for s in data.settings)

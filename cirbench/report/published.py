@@ -3,7 +3,7 @@
 Shipped with the package (``published_fashioniq.csv``, ``published_cirr.csv``, transcribed
 from the papers' text): ConeSep's Table 1 (FashionIQ validation) and Table 2 (CIRR test1)
 for every method and noise rate, and HUG's Tables 1-2 (no injected noise). A user's own
-rows are added from CSV files in the same layout (``cirbench report --reference FILE``).
+rows are added from CSV files in the same layout (``cirbench report --published FILE``).
 
 One row per (source, table, noise rate, method). Columns: ``dataset`` (``fashioniq`` or
 ``cirr``), ``source`` and ``table`` (where the numbers are printed), ``split`` (``val``,
@@ -35,46 +35,46 @@ SHIPPED: tuple[str, ...] = ("published_fashioniq.csv", "published_cirr.csv")
 _REQUIRED = ("dataset", "source", "table", "split", "protocol", "noise_rate", "method")
 
 
-class ReferencesFileError(ValueError):
-    """A reference-numbers file that cannot be used; the message names the file, the line
-    and what is wrong."""
+class PublishedFileError(ValueError):
+    """A file of published numbers that cannot be used; the message names the file, the
+    line and what is wrong."""
 
 
 def _number(text: str, where: str, low: float, high: float, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ReferencesFileError(f"{where}: {what} {text!r} is not a number") from None
+        raise PublishedFileError(f"{where}: {what} {text!r} is not a number") from None
     if not (math.isfinite(value) and low <= value <= high):
-        raise ReferencesFileError(f"{where}: {what} {text!r} is outside [{low:g}, {high:g}]")
+        raise PublishedFileError(f"{where}: {what} {text!r} is outside [{low:g}, {high:g}]")
     return value
 
 
-def read_references(path: Path | str, label: str | None = None) -> pd.DataFrame:
-    """Read and validate one reference CSV (see the module docstring)."""
+def read_published(path: Path | str, label: str | None = None) -> pd.DataFrame:
+    """Read and validate one CSV of published numbers (see the module docstring)."""
     name = label or str(path)
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, ValueError) as exc:
-        raise ReferencesFileError(f"{name}: cannot read it as CSV: {exc}") from None
+        raise PublishedFileError(f"{name}: cannot read it as CSV: {exc}") from None
     missing = [c for c in _REQUIRED if c not in frame.columns]
     if missing:
-        raise ReferencesFileError(f"{name}: missing column(s) {', '.join(missing)}; expected {', '.join(INFO_COLUMNS)} "
+        raise PublishedFileError(f"{name}: missing column(s) {', '.join(missing)}; expected {', '.join(INFO_COLUMNS)} "
                              "and metric columns")
     known = {m for metrics in METRICS.values() for m in metrics}
     unknown = [c for c in frame.columns if c not in INFO_COLUMNS and c not in known]
     if unknown:
-        raise ReferencesFileError(f"{name}: unknown column(s) {', '.join(unknown)}; metric columns are "
+        raise PublishedFileError(f"{name}: unknown column(s) {', '.join(unknown)}; metric columns are "
                              f"{'; '.join(f'{d}: ' + ', '.join(m) for d, m in METRICS.items())}")
     rows = []
     for line, row in zip(range(2, len(frame) + 2), frame.to_dict("records")):
         where = f"{name} line {line} ({row.get('method', '')!s})"
         dataset = row["dataset"].strip()
         if dataset not in METRICS:
-            raise ReferencesFileError(f"{where}: dataset {dataset!r} is not one of {', '.join(METRICS)}")
+            raise PublishedFileError(f"{where}: dataset {dataset!r} is not one of {', '.join(METRICS)}")
         for column in _REQUIRED:
             if not str(row[column]).strip():
-                raise ReferencesFileError(f"{where}: empty {column}")
+                raise PublishedFileError(f"{where}: empty {column}")
         out = {c: str(row.get(c, "")).strip() for c in INFO_COLUMNS}
         out["noise_rate"] = _number(out["noise_rate"], where, 0.0, 0.999999, "noise_rate")
         values = {}
@@ -83,19 +83,19 @@ def read_references(path: Path | str, label: str | None = None) -> pd.DataFrame:
             values[metric] = _number(text, where, 0.0, 100.0, metric) if text else math.nan
         others = [c for c in frame.columns if c in known and c not in METRICS[dataset] and str(row[c]).strip()]
         if others:
-            raise ReferencesFileError(f"{where}: column(s) {', '.join(others)} are not {dataset} metrics")
+            raise PublishedFileError(f"{where}: column(s) {', '.join(others)} are not {dataset} metrics")
         if all(math.isnan(v) for v in values.values()):
-            raise ReferencesFileError(f"{where}: no metric value")
+            raise PublishedFileError(f"{where}: no metric value")
         rows.append({**out, **values})
     return pd.DataFrame(rows, columns=[*INFO_COLUMNS, *dict.fromkeys(m for ms in METRICS.values() for m in ms)])
 
 
-def load_references(extra: Iterable[Path | str] = ()) -> pd.DataFrame:
+def load_published(extra: Iterable[Path | str] = ()) -> pd.DataFrame:
     """The shipped published tables plus the rows of every file in ``extra``."""
     package = resources.files("cirbench.report")
     frames = []
     for name in SHIPPED:
         with resources.as_file(package / name) as path:
-            frames.append(read_references(path, f"cirbench/report/{name}"))
-    frames += [read_references(Path(p)) for p in extra]
+            frames.append(read_published(path, f"cirbench/report/{name}"))
+    frames += [read_published(Path(p)) for p in extra]
     return pd.concat(frames, ignore_index=True)

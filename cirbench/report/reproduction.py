@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from cirbench.report.load import Setting
-from cirbench.report.published import METRICS, load_references
+from cirbench.report.published import METRICS, load_published
 from cirbench.report.tables import Cell, TableModel, rate_label, run_columns, summarize, validation_split
 
 
@@ -49,13 +49,13 @@ def _comparability(ref: pd.Series, split: str | None, protocols: set[str]) -> st
     return f"{ref.source}, {ref.table} ({ref.split}, {ref.protocol}): {sentence}.{note}"
 
 
-def reproduction_table(setting: Setting, references: pd.DataFrame | None = None) -> TableModel | None:
+def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) -> TableModel | None:
     """Measured rows, the published rows of the same methods and noise rates, and the gaps;
     None for a dataset without published numbers or when no published row matches."""
     family = dataset_family(setting.dataset)
     if family not in METRICS:
         return None
-    refs = load_references() if references is None else references
+    refs = load_published() if published is None else published
     refs = refs[(refs.dataset == family) & (refs.cirbench_method != "")]
     per_run = run_columns(setting)
     columns = [c for c in METRICS[family] if c in per_run.columns]
