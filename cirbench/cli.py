@@ -111,12 +111,32 @@ def run(
             _fail(str(exc))
         raise typer.Exit(code)
 
+    outcomes = _run_grid(grid, grid.cells)
+    _summary(grid, outcomes)
+    if report_ and is_main_process():
+        _build_report(output, report_dir)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _run_grid(grid, cells: list) -> list:
+    """The grid's reference rows, then ``cells``, with a live progress line per cell."""
     outcomes = []
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
     ) as progress:
-        for cell in grid.cells:
+        announce = lambda m: progress.console.print(f"[dim]{m}[/]")  # noqa: E731
+        references = grid.reference_cells()
+        task = progress.add_task(f"{'reference rows':>8}", total=len(references), status="")
+        for cell in references:
+            outcome = grid.run_reference(cell, announce=announce)
+            progress.advance(task)
+            if outcome.status == "failed":
+                progress.console.print(f"[red]reference row {cell.key.method} failed: {outcome.error}[/]")
+            outcomes.append(outcome)
+        progress.update(task, status=", ".join(sorted({c.key.method for c in references})))
+        for cell in cells:
             k = cell.key
             task = progress.add_task(f"{k.method:>8} noise={k.noise_rate:<4g} seed={k.seed}", total=None, status="")
             state = {"loss": math.nan, "r10": math.nan}
@@ -131,17 +151,71 @@ def run(
                     status=f"epoch {info['epoch'] + 1}  loss {state['loss']:.3f}  R@10 {state['r10']:.3f}",
                 )
 
-            outcome = grid.run_cell(cell, update, announce=lambda m: progress.console.print(f"[dim]{m}[/]"))
+            outcome = grid.run_cell(cell, update, announce=announce)
             if outcome.status == "skipped":
                 progress.update(task, total=1, completed=1, status="already complete (skipped)")
             elif outcome.status == "failed":
                 progress.update(task, status=f"[red]failed: {outcome.error}[/]")
             outcomes.append(outcome)
+    return outcomes
 
-    _summary(grid, outcomes)
-    if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
-        _build_report(output, report_dir)
-    if any(o.status == "failed" for o in outcomes):
+
+@app.command()
+def calibrate(
+    dataset: str = typer.Option("shapes", "--dataset", "-d", help="Dataset name (see `cirbench list datasets`)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of a dataset's files (FashionIQ, CIRR)."),
+    dataset_option: list[str] = typer.Option([], "--dataset-option", help="Dataset option key=value; repeatable."),
+    backbone: str = typer.Option("tiny", "--backbone", "-b", help="Backbone name (see `cirbench list backbones`)."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="Backbone weights: a local directory or tag."),
+    noise_protocol: str = typer.Option("thirds", "--noise-protocol", help="Noise protocol (see `cirbench list noise`)."),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds (two or more to measure the spread)."),
+    epochs: int = typer.Option(4, "--epochs", help="Training epochs per cell."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Training batch size."),
+    output: Path = typer.Option(Path("results/calibration"), "--output", "-o", help="Results directory (finished cells are reused)."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16."),
+) -> None:
+    """Check that a setting is in the papers' regime: sprc, the perfect filter and the reference
+    rows against the calibration targets (see docs/benchmark.md); exit 1 if a target is missed."""
+    from cirbench.engine.calibrate import calibration_grid, checks_markdown, run_calibration_checks
+    from cirbench.engine.grid import GridError, GridSpec
+
+    try:
+        spec = GridSpec(
+            methods=["sprc"], noise_rates=[0.0], seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone,
+            weights=weights, noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output,
+            cache_dir=cache_dir, data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device,
+            precision=precision,
+        )
+        grid = calibration_grid(spec)
+    except GridError as exc:
+        _fail(str(exc))
+        return
+    _prepare_file_dataset(grid)
+    outcomes = _run_grid(grid, grid.cells)
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        console.print(f"[red]{o.cell.key.method} at {o.cell.key.noise_rate:g}, seed {o.cell.key.seed} failed: {escape(o.error)}[/]")
+    try:
+        checks = run_calibration_checks(grid.spec)
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    table = Table(title=f"calibration: {grid.spec.dataset} / {grid.spec.backbone}[{grid.spec.weights or ''}] / "
+                        f"{grid.spec.noise_protocol}, seeds {seeds}")
+    for column in ("check", "figure", "value", "target", "verdict", "detail"):
+        table.add_column(column, justify="right" if column in ("value", "target") else "left", overflow="fold")
+    for c in checks:
+        colour = {"pass": "green", "FAIL": "red"}.get(c.verdict, "yellow")
+        table.add_row(c.name, c.figure, f"{c.value:.3f}", c.target, f"[{colour}]{c.verdict}[/]", escape(c.detail))
+    console.print(table)
+    from cirbench.results.atomic import atomic_write_text
+
+    path = output / "calibration.md"
+    atomic_write_text(checks_markdown(checks) + "\n", path)
+    console.print(f"written: {path}")
+    if failed or any(c.passed is False for c in checks):
         raise typer.Exit(1)
 
 
@@ -201,10 +275,14 @@ def _prepare_file_dataset(grid) -> None:
 def _summary(grid, outcomes) -> None:
     metrics = grid.store.read("metrics")
     purity = grid.store.read("purity")
-    table = Table(title=f"cirbench run: {grid.spec.dataset} / {grid.spec.backbone} / {grid.spec.noise_protocol} -> {grid.spec.output}")
+    from cirbench.engine.grid import backbone_label, dataset_label
+
+    table = Table(title=f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / {grid.spec.noise_protocol} "
+                        f"-> {grid.spec.output}")
     for column in ("method", "noise", "seed", "status", "R@1", "R@10", "R@50", "purity", "AUROC"):
-        table.add_column(column, justify="right" if column not in ("method", "status") else "left")
-    for o in outcomes:
+        table.add_column(column, justify="right" if column not in ("method", "status") else "left",
+                         min_width={"method": 10, "status": 9}.get(column), overflow="fold")
+    for o in sorted(outcomes, key=lambda o: math.isnan(o.cell.key.noise_rate)):  # reference rows last
         k = o.cell.key
         m = metrics[metrics.run_id == k.run_id]
         m = m[m.group == ("average" if (m.group == "average").any() else "all")]  # FashionIQ: category average
@@ -214,7 +292,7 @@ def _summary(grid, outcomes) -> None:
         p = p[p.epoch == p.epoch.max()] if len(p) else p
         fmt = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"  # noqa: E731
         table.add_row(
-            k.method, f"{k.noise_rate:g}", str(k.seed), o.status,
+            k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed), o.status,
             fmt(value.get("recall@1")), fmt(value.get("recall@10")), fmt(value.get("recall@50")),
             fmt(float(p.purity.iloc[0]) if len(p) else None), fmt(float(p.auroc.iloc[0]) if len(p) else None),
         )

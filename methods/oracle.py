@@ -1,9 +1,13 @@
-"""The oracle: SPRC trained on the truly clean triplets only.
+"""The oracle: a perfect filter. SPRC's loss on the truly clean triplets of each batch.
 
 It reads the ground-truth noise flags (it declares ``oracle = True``, so the harness hands
-them over and marks its results), drops every noisy sample from each batch, and reports the
-true partition, so its purity is 1 by construction. It is the upper bound every robust
-method is measured against, not a method one could run on real data.
+them over and marks its results) and reports the true partition, so its purity is 1 by
+construction. It filters the way filtering methods do (TME's ``lrm``, ConeSep's clean
+rows): the loss is averaged over the clean rows only, and every target of the batch, the
+noisy rows' included, stays a negative. It is what a method that finds every noisy triplet
+and drops it would reach; it is *not* an upper bound on robust training (a method may learn
+something from the noisy triplets too). The bound of any method is the same model on the
+uncorrupted data: the noise-0 cell.
 """
 
 from __future__ import annotations
@@ -15,22 +19,17 @@ from cirbench_methods.sprc import SPRC
 
 
 class Oracle(SPRC):
-    """SPRC on the clean subset of every batch (see the module docstring)."""
+    """SPRC's loss on the clean rows of every batch, all targets as negatives (see the module docstring)."""
 
     name = "oracle"
-    version = "1"
-    paper = "upper bound: SPRC trained on ground-truth clean triplets"
+    version = "2"
+    paper = "perfect filter: SPRC trained on the ground-truth clean triplets"
     partitions = True
+    scores_noise = False
     oracle = True
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
         flags = torch.as_tensor(self.context.noise_flags, device=batch.index.device)[batch.index]
-        clean = ~flags
-        keep = clean.nonzero().squeeze(1)
-        if len(keep) >= 2:
-            sub = Batch(batch.index[keep], batch.reference[keep], batch.target[keep], batch.text.select(keep), [batch.texts[i] for i in keep.tolist()])
-            out = super().training_step(sub, epoch, step)
-        else:  # too few clean samples for a contrastive loss: no update from this batch
-            out = StepOutput(sum(p.sum() * 0.0 for p in self.parameters() if p.requires_grad))
-        out.noise_score, out.selected_clean = flags.float(), clean
+        out = self.sprc_step(batch, rows=~flags)
+        out.noise_score, out.selected_clean = flags.float(), ~flags
         return out

@@ -5,6 +5,11 @@ the max-over-tokens target features), ``rtc`` (the same for a query built from l
 prompt tokens and the text, without the image) and ``align`` (MSE between the mean fused
 query tokens and the mean detached prompt tokens), with a learnable temperature from 0.07.
 
+Each step also reports every sample's own ``itc`` loss as its noise score. SPRC does nothing
+with it; it is recorded so that every grid measures the premise of the small-loss methods
+(TME's GMM, ConeSep's fidelity): how well the ordinary baseline's loss separates noisy from
+clean triplets, per epoch and per noise type (``cirbench calibrate``).
+
 Difference from the release: the composed feature is the classification-token output of
 one composer pass (queries + text + reference); SPRC runs a second text-only pass with the
 fused query outputs as its prompt. The single pass is what TME and ConeSep use, and it
@@ -21,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.losses import info_nce
+from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 
 
@@ -39,9 +44,10 @@ class SPRC(Method):
     """The ordinary baseline; see the module docstring."""
 
     name = "sprc"
-    version = "1"
+    version = "2"
     paper = "Bai et al., Sentence-level Prompts Benefit Composed Image Retrieval, ICLR 2024"
     Config = SPRCConfig
+    scores_noise = True  # its per-sample loss: the small-loss premise, measured (see the module docstring)
 
     def __init__(self, backbone, config: SPRCConfig, context) -> None:
         super().__init__(backbone, config, context)
@@ -53,19 +59,29 @@ class SPRC(Method):
         """The learnable temperature, clamped at 0.01 from below."""
         return self.log_temperature.exp().clamp_min(0.01)
 
-    def sprc_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """The three SPRC loss terms of a batch."""
+    def per_sample_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The three SPRC loss terms of every sample of a batch (B,), each row contrasted
+        against every target of the batch."""
         fused = self.backbone.compose(batch.reference, batch.text)
         composed = F.normalize(self.backbone.text_proj(fused.text[:, 0]), dim=-1)
         targets = self.backbone.target_features(batch.target)
         prompt_query = self.backbone.composed_feature(None, batch.text, queries=self.prompt_tokens)
         return {
-            "itc": info_nce(max_token_similarity(composed, targets), self.temperature),
-            "rtc": info_nce(max_token_similarity(prompt_query, targets), self.temperature),
-            "align": F.mse_loss(fused.query.mean(1), self.prompt_tokens.detach().mean(1).expand(len(batch), -1)),
+            "itc": per_sample_info_nce(max_token_similarity(composed, targets), self.temperature),
+            "rtc": per_sample_info_nce(max_token_similarity(prompt_query, targets), self.temperature),
+            "align": (fused.query.mean(1) - self.prompt_tokens.detach().mean(1)).pow(2).mean(1),
         }
 
+    def sprc_step(self, batch: Batch, rows: torch.Tensor | None = None) -> StepOutput:
+        """SPRC's loss averaged over ``rows`` (a boolean mask; None: every row), with every
+        target of the batch as a negative, and each sample's ``itc`` loss as its score."""
+        parts = self.per_sample_losses(batch)
+        score = parts["itc"].detach()
+        if rows is not None:
+            parts = {k: v[rows] for k, v in parts.items()}
+        mean = {k: v.mean() if len(v) else v.sum() for k, v in parts.items()}  # no row: a zero loss, no update
+        loss = mean["itc"] + self.config.rtc_weight * mean["rtc"] + self.config.align_weight * mean["align"]
+        return StepOutput(loss, {k: float(v.detach()) for k, v in mean.items()}, noise_score=score)
+
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
-        parts = self.sprc_losses(batch)
-        loss = parts["itc"] + self.config.rtc_weight * parts["rtc"] + self.config.align_weight * parts["align"]
-        return StepOutput(loss, {k: float(v.detach()) for k, v in parts.items()})
+        return self.sprc_step(batch)

@@ -30,22 +30,28 @@ def test_end_to_end_run_writes_all_tables(tmp_path: Path, cache_dir: Path) -> No
         frame = pd.read_parquet(out / table)
         assert list(frame.columns) == SCHEMAS[table].names
         assert len(frame) > 0, table
-    runs = pd.read_parquet(out / "runs")
-    assert len(runs) == 4 and set(runs.status) == {"completed"}
+    all_runs = pd.read_parquet(out / "runs")
+    assert set(all_runs.status) == {"completed"} and (all_runs.backbone == "tiny[cir]").all()  # the default start, named
+    assert sorted(all_runs[all_runs.is_reference].method) == ["text_blind", "text_only", "zero_shot"]
+    runs = all_runs[~all_runs.is_reference]
+    assert len(runs) == 4
     assert runs.noise_manifest_hash.str.len().eq(16).all() and (runs.git_commit != "").all()
     assert runs.set_index("method").loc["oracle", "is_oracle"].all()
-    assert (runs.method_version == "1").all() and runs.eval_protocol.str.contains("ref-excluded").all()
+    assert (runs.method_version == "2").all() and runs.eval_protocol.str.contains("ref-excluded").all()
     metrics = pd.read_parquet(out / "metrics")
-    assert set(metrics.metric) == {"recall@1", "recall@5", "recall@10", "recall@50"}
-    assert sorted(metrics.epoch.unique()) == [0, 1]
+    assert set(metrics.metric) == {"recall@1", "recall@5", "recall@10", "recall@50", "recall_subset@1", "recall_subset@2",
+                                   "recall_subset@3"}
+    assert sorted(metrics[metrics.method == "sprc"].epoch.unique()) == [0, 1]
     purity = pd.read_parquet(out / "purity")
-    assert set(purity.method) == {"oracle"}  # sprc does not partition
+    assert set(purity.method) == {"oracle", "sprc"}  # sprc scores (its loss) but does not partition
     assert set(purity[purity.noise_rate == 0.5].noise_type) == {"all", "reference", "caption", "target"}
-    assert (purity.purity.dropna() == 1.0).all()
+    assert (purity[purity.method == "oracle"].purity.dropna() == 1.0).all()
+    assert purity[purity.method == "sprc"].purity.isna().all()
+    assert purity[(purity.method == "sprc") & (purity.noise_rate == 0.5)].auroc.between(0, 1).all()
 
     again = cli(*args)
     assert again.exit_code == 0 and "already complete (skipped)" in again.output
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "runs"), runs)  # nothing was rewritten
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "runs"), all_runs)  # nothing was rewritten
 
     # same seed, same command in a fresh directory: identical manifests and metrics
     repeat = cli(*[a if a != str(out) else str(tmp_path / "repeat") for a in args])

@@ -360,7 +360,7 @@ def test_config_from_the_command_line_and_bad_values() -> None:
 # ----------------------------------------------------------------------------- a short harness run
 
 
-def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch) -> None:
+def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch, cache_dir) -> None:
     """Grid -> train_cell -> results store on a micro shapes set (shapes-mini takes minutes on
     a loaded CPU), with an ablation variant as its own row: one warm-up epoch, one BTU epoch,
     a partition in both, and purity rows for every noise type."""
@@ -369,7 +369,7 @@ def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(grid_module, "DATASETS", datasets)
     spec = GridSpec(
         methods=["conesep", "conesep:no_ot"], noise_rates=[0.5], dataset="shapes-micro", epochs=2, batch_size=30,
-        output=tmp_path / "results", cache_dir=tmp_path / "cache",
+        output=tmp_path / "results", cache_dir=cache_dir,
         overrides={"conesep": {"warmup_epochs": "1"}, "conesep:no_ot": {"warmup_epochs": "1", "ot": "false"}},
     )
     grid = Grid(spec)

@@ -22,9 +22,9 @@ def _spec(tmp_path: Path, data_dir: Path) -> GridSpec:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def data_dir(cache_dir: Path) -> Path:
     """shapes-mini and its tiny-tower cache, made once so that concurrent jobs only read them."""
-    directory = tmp_path_factory.mktemp("data")
+    directory = cache_dir
     grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.0], dataset="shapes-mini", cache_dir=directory,
                          output=directory / "unused"))
     from cirbench.backbones.registry import BACKBONES

@@ -21,8 +21,8 @@ from cirbench.engine.online import OnlineTokens, cache_bytes, check_cache_fits
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("data")
+def data_dir(cache_dir: Path) -> Path:
+    return cache_dir
 
 
 @pytest.fixture(autouse=True)

@@ -132,7 +132,7 @@ def test_table_marks_best_and_second_and_skips_oracles(built) -> None:
         rows[(current, method)] = cells[column]
     assert rows[("20%", "robust")] == Cell("50.50 ± 0.71", 1)
     assert rows[("20%", "sprc")].rank == 2
-    assert rows[("20%", "oracle")].rank == 0  # the upper bound is shown, never ranked
+    assert rows[("20%", "oracle (perfect filter)")].rank == 0  # the perfect filter is shown, never ranked
     assert rows[("50%", "robust")].text == "45.00"  # one seed left after the failed cell: no std
     assert (rows[("50%", "robust")].rank, rows[("50%", "sprc")].rank) == (1, 2)
     assert "**50.50 ± 0.71**" in to_markdown(table) and "<u>40.50 ± 0.71</u>" in to_markdown(table)
@@ -238,6 +238,9 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
         def __init__(self, spec) -> None:
             self.spec, self.store, self.cells = spec, ResultsStore(spec.output), []
             self.discovery = type("D", (), {"problems": []})()
+
+        def reference_cells(self) -> list:
+            return []
 
     monkeypatch.setattr(grid_module, "Grid", DoneGrid)
     result = CliRunner().invoke(app, ["run", "--methods", "sprc", "--noise", "0.2", "--output", str(root),

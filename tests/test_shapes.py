@@ -24,7 +24,7 @@ from cirbench.data.shapes import (
     render_scenes,
 )
 
-SMALL = ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, mods_per_scene=2)
+SMALL = ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, mods_per_scene=2, val_family_size=8, subset_size=4)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -56,7 +56,8 @@ def test_deterministic_across_processes(small) -> None:
     code = (
         "import hashlib, json\n"
         "from cirbench.data.shapes import ShapesParams, generate_shapes\n"
-        "p, ids, meta = generate_shapes(ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, mods_per_scene=2))\n"
+        "p, ids, meta = generate_shapes(ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, mods_per_scene=2,"
+        " val_family_size=8, subset_size=4))\n"
         "h = hashlib.sha256(p.tobytes()); h.update(json.dumps([ids, meta], sort_keys=True).encode())\n"
         "print(h.hexdigest())\n"
     )
@@ -68,19 +69,22 @@ def test_deterministic_across_processes(small) -> None:
 def test_sizes_splits_and_gallery(small) -> None:
     pixels, ids, meta = small
     p = SMALL
-    assert pixels.shape == ((p.n_train_scenes + p.n_val_scenes) * (1 + p.mods_per_scene), 32, 32, 3)
+    n_images = p.n_train_scenes * (1 + p.mods_per_scene) + p.n_val_scenes * (1 + p.val_family_size)
+    assert pixels.shape == (n_images, 32, 32, 3)
     assert pixels.dtype == np.uint8 and len(ids) == len(pixels) == len(set(ids))
     assert ids[7] == "shapes-img-000007"
     train, val = meta["train"], meta["val"]
     assert len(train["sample_ids"]) == p.n_train_scenes * p.mods_per_scene
-    assert len(val["sample_ids"]) == p.n_val_scenes * p.mods_per_scene
+    assert len(val["sample_ids"]) == p.n_val_scenes * p.val_family_size
     assert train["sample_ids"][0] == "shapes-train-000000" and val["sample_ids"][5] == "shapes-val-000005"
-    for split in (train, val):
+    for split, mods in ((train, p.mods_per_scene), (val, p.val_family_size)):
         assert all(r != t for r, t in zip(split["reference"], split["target"]))
-        # each base scene gets mods_per_scene distinct modifications
+        # each base scene gets `mods` modifications with distinct targets, of distinct kinds while kinds remain
         for ref in set(split["reference"]):
             kinds = [k for r, k in zip(split["reference"], split["modification"]) if r == ref]
-            assert len(kinds) == p.mods_per_scene == len(set(kinds))
+            targets = [t for r, t in zip(split["reference"], split["target"]) if r == ref]
+            assert len(kinds) == mods == len(set(targets))
+            assert len(set(kinds)) == min(mods, len(set(kinds))) and len(set(kinds)) >= min(mods, 4)
 
     train_bases = {frozenset(_scene(meta, r)) for r in train["reference"]}
     val_bases = {frozenset(_scene(meta, r)) for r in val["reference"]}
@@ -90,6 +94,22 @@ def test_sizes_splits_and_gallery(small) -> None:
     val_images = set(val["reference"]) | set(val["target"])
     assert not train_images & val_images
     assert set(meta["gallery"]) == val_images
+
+
+def test_validation_families_and_subsets(small) -> None:
+    """Every validation target competes with its siblings (the other edits of its reference),
+    and its subset is the target plus ``subset_size - 1`` of them."""
+    _, _, meta = small
+    val = meta["val"]
+    family = {}
+    for ref, tgt in zip(val["reference"], val["target"]):
+        family.setdefault(ref, set()).add(tgt)
+    for ref, tgt, subset in zip(val["reference"], val["target"], val["subset"]):
+        assert len(subset) == SMALL.subset_size == len(set(subset))
+        assert tgt in subset and set(subset) <= family[ref]
+        assert ref not in subset
+    assert all(len(f) == SMALL.val_family_size for f in family.values())
+    assert set().union(*family.values()) <= set(meta["gallery"])
 
 
 def test_texts_non_empty_and_varied(small) -> None:
@@ -152,9 +172,10 @@ def test_caption_scene() -> None:
 
 
 def test_key_stable_and_parameter_sensitive() -> None:
-    assert SMALL.key() == ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20).key()
+    assert SMALL.key() == ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, val_family_size=8, subset_size=4).key()
     assert SMALL.key().startswith(f"shapes-v{shapes.GENERATOR_VERSION}-")
-    assert SMALL.key() != ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=21).key()
+    assert SMALL.key() != ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=21, val_family_size=8, subset_size=4).key()
+    assert SMALL.key() != ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, val_family_size=9, subset_size=4).key()
 
 
 def _assert_same(d1, d2) -> None:
@@ -172,6 +193,7 @@ def test_load_shapes_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sma
     assert path.exists() and [p.name for p in tmp_path.iterdir()] == [path.name]
     assert first.name == "shapes" and first.key == SMALL.key()
     assert first.protocol.exclude_reference and first.protocol.recall_at == (1, 5, 10, 50)
+    assert first.protocol.subset_recall_at == (1, 2, 3) and len(first.val.subset) == len(first.val)
     assert np.array_equal(first.images.pixels, small[0])
     assert first.train.extra["modification"] == small[2]["train"]["modification"]
     assert first.info["params"]["seed"] == 3

@@ -1,36 +1,27 @@
-"""The ``tiny`` backbone's ``stage1`` composer: image-text pre-training that moves the
-composer and not the tower, its cache, and the ``--weights`` tags of the factory."""
+"""The ``tiny`` backbone's pre-trainings: they move the composer and not the tower, they are
+cached and shared by every seed, their data are disjoint from the benchmark, and the
+``--weights`` tags of the factory."""
 
 from __future__ import annotations
 
-from functools import partial
-
+import numpy as np
 import pytest
 import torch
 
-import cirbench.backbones.composer_pretrain as composer_pretrain
+from cirbench.backbones import tiny_pretrain
 from cirbench.backbones.registry import BACKBONES
 from cirbench.backbones.tiny import TinyBackbone
+from cirbench.data.shapes import ShapesParams, generate_shapes
 
 
-@pytest.fixture
-def quick_pretraining(monkeypatch):
-    """The real pre-training at a test's size (a few steps on a small pool), counting calls."""
-    calls = []
-    real = composer_pretrain.pretrain_tiny_composer
-
-    def small(backbone, **_):
-        calls.append(backbone)
-        return real(backbone, steps=4, batch_size=8, pool=32)
-
-    monkeypatch.setattr(composer_pretrain, "pretrain_tiny_composer", small)
-    return calls
-
-
-def test_pretraining_moves_the_composer_not_the_tower() -> None:
+@pytest.mark.parametrize("stage", ["stage1", "cir"])
+def test_pretraining_moves_the_composer_not_the_tower(stage: str) -> None:
     backbone = TinyBackbone(seed=0)
     before = {k: v.clone() for k, v in backbone.state_dict().items()}
-    state = composer_pretrain.pretrain_tiny_composer(backbone, steps=4, batch_size=8, pool=32)
+    if stage == "stage1":
+        state = tiny_pretrain.pretrain_stage1(backbone, steps=4, batch_size=8, pool=32)
+    else:
+        state = tiny_pretrain.pretrain_composed_retrieval(backbone, steps=4, batch_size=8, n_scenes=20, mods=2)
     after = backbone.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("tower."))
     assert not torch.equal(before["query_tokens"], after["query_tokens"])
@@ -38,34 +29,49 @@ def test_pretraining_moves_the_composer_not_the_tower() -> None:
     assert set(state) == {k for k in after if not k.startswith("tower.")}
 
 
-def test_stage1_is_cached_and_the_same_for_every_seed(tmp_path, quick_pretraining) -> None:
-    first = TinyBackbone(seed=3, cache_dir=tmp_path, composer="stage1")
-    second = TinyBackbone(seed=5, cache_dir=tmp_path, composer="stage1")
-    assert len(quick_pretraining) == 1  # the second backbone read the cache
-    assert list((tmp_path / "towers").glob("*stage1*.pt"))
+def test_composed_pretraining_data_share_no_scene_or_text_with_the_benchmark() -> None:
+    images, split = tiny_pretrain.composed_pretraining_data(np.random.default_rng(0), 200, 4)
+    assert images.shape == (200 * 5, 32, 32, 3)
+    _, _, meta = generate_shapes(ShapesParams(seed=0, n_train_scenes=300, n_val_scenes=20))
+    benchmark_texts = set(meta["train"]["texts"]) | set(meta["val"]["texts"])
+    assert not benchmark_texts & set(split["texts"])
+    # benchmark scenes hold 2 to 4 objects; pre-training scenes 5 to 7, before and after an edit
+    assert all(2 <= len(scene) <= 4 for scene in meta["scenes"])
+    first_words = {t.split()[0] for t in split["texts"]}
+    assert first_words.isdisjoint({t.split()[0] for t in benchmark_texts} - {"the"})
+
+
+def test_every_seed_starts_from_the_same_cached_cir_composer(tmp_path, quick_pretraining) -> None:
+    first = tiny_pretrain.build_tiny("cir", 3, tmp_path)
+    assert quick_pretraining == ["stage1", "cir"]  # cir is trained on top of stage1
+    second = tiny_pretrain.build_tiny(None, 5, tmp_path)  # the default
+    assert quick_pretraining == ["stage1", "cir"]  # both read from the cache now
+    assert {p.name.split("-composer-")[1] for p in (tmp_path / "towers").glob("*.pt")} == {
+        f"h128-q8-l2-stage1-v{tiny_pretrain.STAGE1_VERSION}.pt",
+        f"h128-q8-l2-stage1-v{tiny_pretrain.STAGE1_VERSION}-cir-v{tiny_pretrain.CIR_VERSION}.pt",
+    }
     for key, value in first.state_dict().items():
         assert torch.equal(value, second.state_dict()[key]), key
-    random = TinyBackbone(seed=3, cache_dir=tmp_path)
-    assert not torch.equal(random.query_tokens, first.query_tokens)
+    staged = tiny_pretrain.build_tiny("stage1", 3, tmp_path)
+    random = tiny_pretrain.build_tiny("random", 3, tmp_path)
+    assert not torch.equal(staged.query_tokens, first.query_tokens)
+    assert not torch.equal(random.query_tokens, staged.query_tokens)
 
 
 def test_factory_weights_tags(tmp_path, quick_pretraining) -> None:
     factory = BACKBONES.get("tiny")
-    staged = factory(0, tmp_path, "stage1")
-    assert staged.tower_kind == "random" and len(quick_pretraining) == 1
-    assert factory(0, tmp_path, None).tower_kind == "random"
+    assert factory.default_weights == tiny_pretrain.DEFAULT_TINY_WEIGHTS == "cir"
+    assert factory(0, tmp_path, "random").tower_kind == "random" and quick_pretraining == []
     with pytest.raises(ValueError, match="unknown --weights 'stage2'"):
         factory(0, tmp_path, "stage2")
-    with pytest.raises(ValueError, match="unknown composer"):
-        partial(TinyBackbone, composer="bert")()
 
 
 def test_results_name_the_backbone_weights(tmp_path) -> None:
-    from cirbench.engine.grid import GridSpec, backbone_label
+    from cirbench.engine.grid import Grid, GridSpec, backbone_label
 
     def spec(**kw) -> GridSpec:
         return GridSpec(methods=["sprc"], noise_rates=[0.0], output=tmp_path, cache_dir=tmp_path, **kw)
 
-    assert backbone_label(spec()) == "tiny"
+    assert backbone_label(Grid(spec()).spec) == "tiny[cir]"  # the default is named
     assert backbone_label(spec(weights="stage1")) == "tiny[stage1]"
     assert backbone_label(spec(backbone="blip2", weights="/models/blip2-itm/")) == "blip2[blip2-itm]"

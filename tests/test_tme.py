@@ -206,7 +206,7 @@ def test_gmm_input_switch_selects_what_is_fitted(tme_module, data, gmm_input: st
 # ----------------------------------------------------------------------------- a short harness run
 
 
-def test_short_run_records_partition_after_warmup_only(tmp_path, monkeypatch) -> None:
+def test_short_run_records_partition_after_warmup_only(tmp_path, monkeypatch, cache_dir) -> None:
     """Grid -> train_cell -> results store, on a micro shapes set (shapes-mini takes minutes
     on a loaded CPU): purity rows for every epoch after the one warm-up epoch, none before."""
     datasets = Registry("dataset")
@@ -214,7 +214,7 @@ def test_short_run_records_partition_after_warmup_only(tmp_path, monkeypatch) ->
     monkeypatch.setattr(grid_module, "DATASETS", datasets)
     spec = GridSpec(
         methods=["tme"], noise_rates=[0.5], dataset="shapes-micro", epochs=3, batch_size=16,
-        output=tmp_path / "results", cache_dir=tmp_path / "cache",
+        output=tmp_path / "results", cache_dir=cache_dir,
         overrides={"tme": {"warmup_qformer": "1", "warmup_proj": "0", "warmup_last": "0"}},
     )
     grid = Grid(spec)

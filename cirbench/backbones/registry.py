@@ -14,6 +14,7 @@ class BackboneFactory(Protocol):
     pretrained weights (a local directory or a tag), ``cache_dir`` holds derived caches."""
 
     description: str
+    # a factory may also name ``default_weights``: the tag used (and recorded) when --weights is not given
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone: ...
 
@@ -21,17 +22,15 @@ class BackboneFactory(Protocol):
 class TinyFactory:
     """The CPU default."""
 
-    description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights random (default), "
-                   "stage1 (composer image-text pre-trained) or pretrained (tower pre-trained)")
+    default_weights = "cir"
+
+    description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights cir (default: "
+                   "composer pre-trained on disjoint synthetic data), stage1, random or pretrained")
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
-        from cirbench.backbones.tiny import TinyBackbone
+        from cirbench.backbones.tiny_pretrain import build_tiny
 
-        tag = weights or "random"
-        if tag not in ("random", "pretrained", "stage1"):
-            raise ValueError(f"tiny backbone: unknown --weights {tag!r}; choose random, stage1 or pretrained")
-        composer = "stage1" if tag == "stage1" else "random"
-        return TinyBackbone(tower="random" if tag == "stage1" else tag, cache_dir=cache_dir, seed=seed, composer=composer)
+        return build_tiny(weights, seed, cache_dir)
 
 
 BACKBONES: Registry[BackboneFactory] = Registry("backbone")

@@ -2,11 +2,9 @@
 
 The tower turns a 32x32 image into a 4x4 grid of 64-d patch tokens, layer-normalised
 (without the normalisation the composer does not learn from cached tokens). Its weights
-are either a seeded random initialisation or a short contrastive pre-training on synthetic
-image-caption pairs disjoint from the benchmark (:mod:`cirbench.backbones.tower_pretrain`);
-see ``docs/backbones.md`` for the measurement behind the default. The composer starts from
-random weights, or (``composer="stage1"``) from an image-text pre-training on such pairs,
-like BLIP-2's Q-Former (:mod:`cirbench.backbones.composer_pretrain`).
+are a seeded random initialisation unless given. This module holds the architecture only;
+the pre-trainings (of the composer, the default start, and of the tower) and the
+``--weights`` tags live in :mod:`cirbench.backbones.tiny_pretrain`.
 
 Text uses a hashing word tokenizer (no vocabulary file): a word's id is a CRC32 of the
 word modulo the vocabulary size, so any dataset's text works with no download.
@@ -16,7 +14,6 @@ from __future__ import annotations
 
 import re
 import zlib
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -107,16 +104,15 @@ class TinyBackbone(Backbone):
         num_layers: int = 2,
         num_heads: int = 4,
         tower: str = "random",
-        cache_dir: Path | None = None,
+        tower_state: dict | None = None,
         seed: int = 0,
-        composer: str = "random",
     ) -> None:
         super().__init__()
         self.hidden_size, self.embed_dim, self.num_query_tokens = hidden_size, embed_dim, num_query_tokens
         self.image_shape = (3, 32, 32)
         self.tokenizer = HashingTokenizer()
         self.tower_kind = tower
-        self.tower = self._frozen_tower(tower, cache_dir)
+        self.tower = self._frozen_tower(tower_state)
 
         with torch.random.fork_rng():
             torch.manual_seed(seed)
@@ -131,25 +127,14 @@ class TinyBackbone(Backbone):
             self.final_norm = nn.LayerNorm(hidden_size)
             self.text_proj = nn.Linear(hidden_size, embed_dim)
             self.vision_proj = nn.Linear(hidden_size, embed_dim)
-        if composer == "stage1":
-            from cirbench.backbones.composer_pretrain import load_pretrained_composer
 
-            load_pretrained_composer(self, cache_dir, lambda: TinyBackbone(
-                hidden_size, embed_dim, num_query_tokens, num_layers, num_heads, tower, cache_dir, seed=0))
-        elif composer != "random":
-            raise ValueError(f"tiny backbone: unknown composer {composer!r}; choose 'random' or 'stage1'")
-
-    def _frozen_tower(self, kind: str, cache_dir: Path | None) -> TinyTower:
-        if kind == "random":
-            with torch.random.fork_rng():
-                torch.manual_seed(1234)
-                tower = TinyTower()
-        elif kind == "pretrained":
-            from cirbench.backbones.tower_pretrain import pretrained_tiny_tower
-
-            tower = pretrained_tiny_tower(cache_dir)
-        else:
-            raise ValueError(f"tiny backbone: unknown tower {kind!r}; choose 'pretrained' or 'random'")
+    @staticmethod
+    def _frozen_tower(state: dict | None) -> TinyTower:
+        with torch.random.fork_rng():
+            torch.manual_seed(1234)
+            tower = TinyTower()
+        if state is not None:
+            tower.load_state_dict(state)
         tower.requires_grad_(False)
         return tower.eval()
 

@@ -27,6 +27,12 @@ class ShapesLoader:
         self.description = description
         self.params = params
 
+    def key(self) -> str:
+        """The generated content's key (parameters and generator version), known before generating."""
+        from cirbench.data.shapes import ShapesParams
+
+        return ShapesParams(**self.params).key()
+
     def __call__(self, cache_dir: Path, data_root: Path | None) -> CIRDataset:
         from cirbench.data.shapes import ShapesParams, load_shapes
 
@@ -37,7 +43,8 @@ DATASETS: Registry[DatasetLoader] = Registry("dataset")
 DATASETS.add("shapes", ShapesLoader("embedded synthetic benchmark of coloured-shape scenes (generated, no download)"))
 DATASETS.add(
     "shapes-mini",
-    ShapesLoader("a 10x smaller shapes benchmark, for tests and quick checks", n_train_scenes=300, n_val_scenes=100),
+    ShapesLoader("a small shapes benchmark (300 training scenes, 15 validation families), for tests and quick checks",
+                 n_train_scenes=300, n_val_scenes=15),
 )
 
 # Datasets read from the user's files (--data-root): loaders with ``check`` and typed options,

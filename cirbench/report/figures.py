@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
+from cirbench.report.references import REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
 )
@@ -102,6 +103,8 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
         return None
     stats = summarize(setting, per_run)
     styles = method_styles(setting)
+    references = reference_stats(setting)
+    references_columns = set(references["mean"].columns) if len(references) else set()
     title = f"Final-epoch validation recall vs noise rate (mean ± std over seeds): {setting.describe()}"
     fig, axes = _grid(len(columns), 4, 3.6, 2.9, title)
     rates = setting.rates
@@ -114,12 +117,21 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
             mean, std = rows[("mean", column)].to_numpy(), rows[("std", column)].fillna(0).to_numpy()
             ax.plot(x, mean, **styles[method], label=_label(setting, method))
             ax.fill_between(x, mean - std, mean + std, color=styles[method]["color"], alpha=0.15, linewidth=0)
+        for name in references.index if column in references_columns else []:
+            value = references.loc[name, ("mean", column)]
+            if pd.notna(value):
+                ax.axhline(value, **REFERENCE_STYLES[name])
         ax.set_title(column)
         ax.set_ylabel(f"{column} (%)")
         _rate_axis(ax, rates)
-    _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles)
+    shown = [m for m in setting.methods if m in stats.index.get_level_values("method")]
+    handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in shown]
+    handles += [Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False)
     return _save(fig, out, "recall_vs_noise", "Recall vs noise rate",
-                 "One panel per metric; a line per method (mean over seeds) with a ±1 std band.")
+                 "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
+                 "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
+                 "alone; text_only: the text alone) and the bound: sprc trained on the uncorrupted triplets.")
 
 
 def _counts(setting: Setting) -> pd.DataFrame:

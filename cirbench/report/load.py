@@ -28,6 +28,8 @@ class Setting:
     ``runs`` holds one row per cell (method, noise rate, seed): the latest completed run.
     Every data table is restricted to those runs; ``scores`` only to each run's final epoch.
     ``problems`` lists the cells of this setting's grid that have no completed run.
+    ``references`` holds the final metrics rows of the setting's reference rows
+    (:mod:`cirbench.engine.reference`), which are drawn as lines and never ranked.
     """
 
     dataset: str
@@ -39,6 +41,7 @@ class Setting:
     scores: pd.DataFrame
     losses: pd.DataFrame
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
+    references: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def slug(self) -> str:
@@ -54,12 +57,14 @@ class Setting:
 
     @property
     def oracles(self) -> set[str]:
-        """Labels of methods that saw the ground-truth flags (upper bounds, not competitors)."""
+        """Labels of methods that saw the ground-truth flags (perfect filters, not competitors)."""
         return set(self.runs.loc[self.runs.is_oracle.eq(True), "method"])
 
     def label(self, method: str) -> str:
-        """A method's display name; oracles are marked unless their name already says so."""
-        return f"{method} (oracle)" if method in self.oracles and "oracle" not in method else method
+        """A method's display name; oracles are marked as the perfect filters they are."""
+        if method in self.oracles:
+            return f"{method} (perfect filter)"
+        return method
 
     @property
     def rates(self) -> list[float]:
@@ -129,9 +134,13 @@ def load_results(root: Path | str) -> ReportData:
     runs = store.read("runs")
     if runs.empty:
         raise ReportError(f"results directory {str(root)!r} has no runs (expected {root / 'runs'}/*.parquet)")
+    is_reference = runs.is_reference.eq(True)
+    reference_runs, runs = runs[is_reference], runs[~is_reference]
     completed = runs[runs.status == "completed"].sort_values("finished")
     kept = completed.drop_duplicates(CELL_COLUMNS, keep="last").reset_index(drop=True)
     problems = _problems(runs, kept)
+    references = reference_runs[reference_runs.status == "completed"].sort_values("finished")
+    references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
     tables = {name: store.read(name) for name in DATA_TABLES}
     settings = []
     for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
@@ -142,7 +151,11 @@ def load_results(root: Path | str) -> ReportData:
             last = scores.groupby("run_id")["epoch"].transform("max")
             parts["scores"] = scores[scores.epoch == last].reset_index(drop=True)
         mask = (problems[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
-        settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask], **parts))
+        own = (references[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
+        reference_ids = set(references.loc[own, "run_id"])
+        reference_metrics = tables["metrics"][tables["metrics"].run_id.isin(reference_ids)].reset_index(drop=True)
+        settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
+                                references=reference_metrics, **parts))
     return ReportData(root, settings, problems)
 
 

@@ -3,8 +3,8 @@ within a noise rate, columns the recall metrics plus the papers' average columns
 mean +- std over seeds in percent, the best of each column and rate in bold and the second
 underlined; then each method's gain over ``sprc`` and the kept-set purity per method.
 
-Oracle methods (which saw the ground-truth flags) are shown but never ranked: they are the
-upper bound, not a competitor.
+Oracle methods (which saw the ground-truth flags) are shown but never ranked: they are a
+perfect filter, not a competitor.
 """
 
 from __future__ import annotations

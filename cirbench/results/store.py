@@ -36,6 +36,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("method_version", pa.string()),
         ("method_source", pa.string()),
         ("is_oracle", pa.bool_()),
+        ("is_reference", pa.bool_()),
         ("partitions", pa.bool_()),
         ("package_version", pa.string()),
         ("git_commit", pa.string()),

@@ -1,0 +1,59 @@
+"""The reference rows of a report: the starting model, the text-blind and text-only rankings
+(:mod:`cirbench.engine.reference`) and the bound of every method, the baseline trained on
+the uncorrupted triplets (its noise-0 cell). Shown beside the results, never ranked."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cirbench.engine.reference import REFERENCE_ROWS
+from cirbench.report.load import Setting
+from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_columns, summarize, wide_columns
+
+BOUND = f"{BASELINE} at 0% noise (bound)"
+REFERENCE_STYLES: dict[str, dict] = {
+    "zero_shot": {"color": "0.35", "linestyle": ":", "linewidth": 1.4},
+    "text_blind": {"color": "#B8860B", "linestyle": ":", "linewidth": 1.4},
+    "text_only": {"color": "#2E8B57", "linestyle": ":", "linewidth": 1.4},
+    BOUND: {"color": "0.2", "linestyle": "-.", "linewidth": 1.0},
+}
+
+
+def reference_stats(setting: Setting) -> pd.DataFrame:
+    """Mean, std and count over seeds of every reported column, one row per reference row
+    and one for the bound (rows missing from the results are absent)."""
+    blocks = []
+    if not setting.references.empty:
+        refs = setting.references
+        per_seed = wide_columns(refs[refs.split == "val"], ["method", "seed"]) if "val" in set(refs.split) else pd.DataFrame()
+        if len(per_seed):
+            grouped = per_seed.groupby(level="method")
+            blocks.append(pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1))
+    per_run = run_columns(setting)
+    if len(per_run.columns):
+        stats = summarize(setting, per_run)
+        if (0.0, BASELINE) in stats.index:
+            blocks.append(stats.loc[[(0.0, BASELINE)]].droplevel("noise_rate").rename(index={BASELINE: BOUND}))
+    if not blocks:
+        return pd.DataFrame()
+    out = pd.concat(blocks)
+    order = [m for m in [*REFERENCE_ROWS, BOUND] if m in out.index]
+    return out.loc[order]
+
+
+def reference_table(setting: Setting) -> TableModel | None:
+    """The reference rows as a table (percent, mean ± std over seeds), never ranked."""
+    stats = reference_stats(setting)
+    if stats.empty:
+        return None
+    columns = [c for c in stats["mean"].columns]
+    rows = []
+    for i, name in enumerate(stats.index):
+        cells = [Cell(_format(float(stats.loc[name, ("mean", c)]), float(stats.loc[name, ("std", c)]),
+                              int(stats.loc[name, ("n", c)]) if pd.notna(stats.loc[name, ("n", c)]) else 0))
+                 for c in columns]
+        rows.append(("ref" if i == 0 else "", name, cells))
+    note = ("Not fine-tuned: zero_shot is the starting model, text_blind ranks by the reference image alone, text_only "
+            "by the text alone (the starting model's features). The bound is the baseline trained on the uncorrupted "
+            "triplets. None of these is ranked.")
+    return TableModel("Reference rows", columns, rows, note)
