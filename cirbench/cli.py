@@ -75,7 +75,7 @@ def run(
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
     """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
-    from cirbench.engine.distributed import init_distributed, is_main_process
+    from cirbench.engine.distributed import barrier, init_distributed, is_main_process
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.engine.precision import PRECISIONS
 
@@ -113,8 +113,9 @@ def run(
 
     outcomes = _run_grid(grid, grid.cells)
     _summary(grid, outcomes)
-    if report_ and is_main_process():
+    if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
         _build_report(output, report_dir)
+    barrier()  # under torchrun, a rank exiting 1 makes torchrun stop the others: wait for rank 0's report
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 

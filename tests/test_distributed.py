@@ -137,13 +137,13 @@ class Flaky(SPRC):
 '''
 
 
-def test_a_failure_on_one_rank_fails_the_cell_on_every_rank_and_the_grid_goes_on(tmp_path: Path) -> None:
+def test_a_failure_on_one_rank_fails_the_cell_on_every_rank_and_the_grid_goes_on(tmp_path: Path, cache_dir: Path) -> None:
     plugin = tmp_path / "flaky.py"
     plugin.write_text(FLAKY)
     out, reports = tmp_path / "out", tmp_path / "reports"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "cirbench.cli",
                "run", "--plugin", str(plugin), "--methods", "flaky,sprc", "--noise", "0.5", "--dataset", "shapes-mini",
-               "--epochs", "1", "--batch-size", "150", "--output", str(out), "--cache-dir", str(tmp_path / "data"),
+               "--epochs", "1", "--batch-size", "150", "--output", str(out), "--cache-dir", str(cache_dir),  # tiny's start pre-trained
                "--save", "--report", "--report-dir", str(reports)]
     # the bound is the point: before, gloo aborted both ranks on the collective mismatch, or they waited for the timeout
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=60)
