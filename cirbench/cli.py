@@ -78,7 +78,7 @@ def run(
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
     """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
-    from cirbench.engine.distributed import init_distributed, is_main_process
+    from cirbench.engine.distributed import barrier, init_distributed, is_main_process
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.engine.precision import PRECISIONS
 
@@ -116,8 +116,9 @@ def run(
 
     outcomes = _run_grid(grid, grid.cells, _jobs(jobs, spec.device))
     _summary(grid, outcomes)
-    if report_ and is_main_process():
+    if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
         _build_report(output, report_dir)
+    barrier()  # under torchrun, a rank exiting 1 makes torchrun stop the others: wait for rank 0's report
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
@@ -282,7 +283,8 @@ def _print_problems(problems: list, limit: int) -> None:
         table.add_column(column, overflow="fold")
     shown = problems if limit <= 0 else problems[:limit]
     for p in shown:
-        table.add_row(escape(p.file), escape(p.entry), ("[red]fatal:[/] " if p.fatal else "") + escape(p.problem))
+        mark = "[red]fatal:[/] " if p.fatal else "[yellow]warning:[/] " if p.severity == "warning" else ""
+        table.add_row(escape(p.file), escape(p.entry), mark + escape(p.problem))
     console.print(table)
     if len(shown) < len(problems):
         console.print(f"... and {len(problems) - len(shown)} more (use --limit 0 or --json FILE to see all)")
@@ -299,12 +301,15 @@ def _prepare_file_dataset(grid) -> None:
     try:
         dataset = grid.dataset()
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.problems, 30)
+        _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
         return
     except (ValueError, OSError) as exc:
         _fail(str(exc))
         return
+    if dataset.info.get("n_warnings"):
+        console.print(f"[yellow]warning:[/] {dataset.info['n_warnings']} warning(s) in the dataset's files (e.g. exact "
+                      f"repeats; kept, counted in the runs table; `cirbench data check` lists them)")
     dropped = dataset.info.get("dropped") or []
     if dropped:
         console.print(f"[yellow]warning:[/] --allow-missing: {len(dropped)} samples or gallery images dropped "
@@ -342,12 +347,13 @@ def _summary(grid, outcomes) -> None:
     console.print(table)
 
 
-def _build_report(results: Path, output: Path) -> bool:
+def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
     from cirbench.report import ReportError, build_report
+    from cirbench.report.published import PublishedFileError
 
     try:
-        page = build_report(results, output)
-    except ReportError as exc:
+        page = build_report(results, output, published or [])
+    except (ReportError, PublishedFileError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return False
     console.print(f"report written: {page} and {output / 'report.md'}")
@@ -358,9 +364,13 @@ def _build_report(results: Path, output: Path) -> bool:
 def report(
     results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
     output: Path = typer.Option(Path("reports"), "--output", "-o", help="Where the figures, report.md and index.html go."),
+    published: list[Path] = typer.Option(
+        [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."
+    ),
 ) -> None:
-    """Build the report of a results directory: PNG figures, report.md and a self-contained index.html."""
-    if not _build_report(results, output):
+    """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
+    FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
+    if not _build_report(results, output, published):
         raise typer.Exit(2)
 
 
@@ -376,12 +386,15 @@ def data_check(
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the per-image decode verdicts are cached."),
     limit: int = typer.Option(50, "--limit", help="Problems to print (0: all)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report as JSON to this file."),
+    deep: bool = typer.Option(False, "--deep", help="Decode every image fully (slow); by default image headers are verified."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Threads checking images (default: a few per core)."),
 ) -> None:
-    """Validate a dataset's files: JSON syntax, fields, split membership, image files, duplicates, paths."""
+    """Validate a dataset's files: JSON syntax, fields, split membership, image files, repeats, paths.
+    Errors exit 1; warnings (entries the public loaders accept, e.g. exact repeats) are listed and exit 0."""
     from cirbench.data.check import check_dataset
 
     try:
-        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir)
+        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
     except (KeyError, ValueError) as exc:
         _fail(str(exc))
         return
@@ -392,13 +405,17 @@ def data_check(
 
         atomic_write_text(json.dumps(report.as_dict(), indent=1), json_out)
     counts = ", ".join(f"{k} {v}" for k, v in report.counts.items())
-    if report.ok:
+    if not report.problems:
         console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
         return
     _print_problems(report.problems, limit)
     kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
-    console.print(f"[bold red]{dataset} at {report.root}: {len(report.problems)} problem(s)[/] ({kinds}; "
-                  f"{len(report.fatal)} fatal); read: {counts}")
+    if report.ok:
+        console.print(f"[yellow]{dataset} at {report.root}: no errors, {len(report.warnings)} warning(s)[/] ({kinds}; "
+                      f"warnings never block `cirbench run`); read: {counts}")
+        return
+    console.print(f"[bold red]{dataset} at {report.root}: {len(report.errors)} error(s)[/] ({kinds}; "
+                  f"{len(report.fatal)} fatal, {len(report.warnings)} warning(s)); read: {counts}")
     raise typer.Exit(1)
 
 
@@ -426,7 +443,7 @@ def predict(
             allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
         )
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.problems, 30)
+        _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
         return
     except (CheckpointError, KeyError, ValueError, OSError) as exc:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cirbench.cli as cli
-from cirbench.data import check as check_module
+from cirbench.data import imagecheck
 from cirbench.data.check import DatasetProblemsError, check_dataset
 from cirbench.data.files import PathEscapeError, resolve_inside
 from cirbench.data.registry import DATASETS
@@ -151,7 +151,7 @@ def test_unreadable_and_truncated_images(cirr, tmp_path) -> None:
     assert {p.file for p in report.problems} == {f"dev/{images[0].name}", f"dev/{images[1].name}"}
 
 
-def test_duplicates(fiq, cirr, tmp_path) -> None:
+def test_exact_repeats_are_warnings(fiq, cirr, tmp_path) -> None:
     path = fiq / "captions/cap.toptee.train.json"
     entries = _load(path)
     _save(path, entries + [entries[0]])
@@ -160,22 +160,62 @@ def test_duplicates(fiq, cirr, tmp_path) -> None:
     _save(split, names + [names[1]])
     report = _check("fashioniq", fiq, tmp_path)
     problems = {p.file: p for p in report.problems}
-    assert report.kinds() == {"duplicate": 2}
+    assert report.ok and not report.errors and report.kinds() == {"repeat": 2}
+    assert {p.severity for p in report.problems} == {"warning"}
     assert problems["captions/cap.toptee.train.json"].entry == f"#{len(entries)}"
     assert "#0" in problems["captions/cap.toptee.train.json"].problem
     assert problems["image_splits/split.toptee.val.json"].entry == f"#{len(names)}"
 
     path = cirr / "captions/cap.rc2.train.json"
     entries = _load(path)
-    entries[1]["pairid"] = entries[0]["pairid"]
-    _save(path, entries)
+    _save(path, entries + [entries[1]])
     split = cirr / "image_splits/split.rc2.val.json"
     text = split.read_text().rstrip().rstrip("}")
     first = next(iter(_load(split)))
     split.write_text(text + f', "{first}": "./dev/{first}.png"}}')
     report = _check("cirr", cirr, tmp_path)
-    assert report.kinds() == {"duplicate": 2}
+    assert report.ok and report.kinds() == {"repeat": 2}
     assert {p.file for p in report.problems} == {"captions/cap.rc2.train.json", "image_splits/split.rc2.val.json"}
+
+
+def test_conflicting_duplicates_stay_errors(cirr, tmp_path) -> None:
+    split = cirr / "image_splits/split.rc2.val.json"
+    text = split.read_text().rstrip().rstrip("}")
+    first = next(iter(_load(split)))
+    split.write_text(text + f', "{first}": "./dev/elsewhere.png"}}')
+    path = cirr / "captions/cap.rc2.test1.json"
+    entries = _load(path)
+    entries[1]["pairid"] = entries[0]["pairid"]
+    _save(path, entries)
+    report = _check("cirr", cirr, tmp_path)
+    assert not report.ok and report.kinds() == {"duplicate": 2}
+    by_file = {p.file: p for p in report.errors}
+    assert "different paths" in by_file["image_splits/split.rc2.val.json"].problem
+    assert by_file["captions/cap.rc2.test1.json"].entry == "#1" and "one answer per pairid" in by_file[
+        "captions/cap.rc2.test1.json"].problem
+
+
+def test_repeats_are_kept_in_validation_and_optionally_dropped_from_training(fiq, cirr, tmp_path) -> None:
+    loader = DATASETS.get("fashioniq")
+    base = loader(tmp_path / "cache", fiq)
+    for split in ("train", "val"):
+        path = fiq / f"captions/cap.dress.{split}.json"
+        entries = _load(path)
+        _save(path, entries + [entries[0], entries[0]])
+    data = loader(tmp_path / "cache", fiq)
+    assert (len(data.train), len(data.val)) == (len(base.train) + 2, len(base.val) + 2)
+    assert data.info["n_warnings"] == 4 and not data.info["dropped"]
+    n_val = len(_load(fiq / "captions/cap.dress.val.json"))
+    assert {f"dress-val-{n_val - 2:05d}", f"dress-val-{n_val - 1:05d}"} <= set(data.val.sample_ids)
+    dropped = loader(tmp_path / "cache", fiq, options={"train_repeats": "drop"})
+    assert (len(dropped.train), len(dropped.val)) == (len(base.train), len(base.val) + 2)
+
+    path = cirr / "captions/cap.rc2.val.json"
+    entries = _load(path)
+    _save(path, entries + [entries[2]])
+    data = DATASETS.get("cirr")(tmp_path / "cache", cirr)
+    assert data.val.sample_ids.count(str(entries[2]["pairid"])) == 1
+    assert f"{entries[2]['pairid']}#{len(entries)}" in data.val.sample_ids and len(data.val) == len(entries) + 1
 
 
 def test_missing_files_are_fatal_unless_not_selected(fiq, tmp_path) -> None:
@@ -230,18 +270,41 @@ def test_path_escapes_in_dataset_files_are_fatal(fiq, cirr, tmp_path) -> None:
         DATASETS.get("fashioniq")(tmp_path / "cache", fiq, allow_missing=True)
 
 
-def test_decode_verdicts_are_cached_per_file(cirr, tmp_path, monkeypatch) -> None:
+def test_image_verdicts_are_cached_per_file_and_level(cirr, tmp_path, monkeypatch) -> None:
     assert _check("cirr", cirr, tmp_path).ok
+    calls: list[str] = []
+    original = imagecheck._check_one
 
-    def refuse(path, size=0):
-        raise OSError(f"cannot decode image {path}: decoded again")
+    def counting(path, level):
+        calls.append(level)
+        return original(path, level)
 
-    monkeypatch.setattr(check_module, "decode_image", refuse)
-    assert _check("cirr", cirr, tmp_path).ok  # every verdict came from the cache
+    monkeypatch.setattr(imagecheck, "_check_one", counting)
+    assert _check("cirr", cirr, tmp_path).ok and calls == []  # every header verdict came from the cache
+    assert check_dataset("cirr", cirr, {}, tmp_path / "cache", deep=True).ok
+    n_images = len(calls)
+    assert n_images > 0 and set(calls) == {"deep"}  # a header verdict does not answer a deep check
+    assert check_dataset("cirr", cirr, {}, tmp_path / "cache", deep=True, workers=1).ok and len(calls) == n_images
+    assert _check("cirr", cirr, tmp_path).ok and len(calls) == n_images  # a deep verdict answers a header check
+
+    def refuse(path, level):
+        return f"cannot read image {path}: checked again"
+
+    monkeypatch.setattr(imagecheck, "_check_one", refuse)
     changed = next((cirr / "dev").glob("*.png"))
     changed.write_bytes(changed.read_bytes() + b"\0")
     report = _check("cirr", cirr, tmp_path)
-    assert report.kinds() == {"unreadable-image": 1} and "decoded again" in report.problems[0].problem
+    assert report.kinds() == {"unreadable-image": 1} and "checked again" in report.problems[0].problem
+
+
+def test_a_corrupt_jpeg_body_needs_the_deep_check(fiq, tmp_path) -> None:
+    jpeg = next((fiq / "images").glob("*.jpg"))
+    data = bytearray(jpeg.read_bytes())
+    jpeg.write_bytes(bytes(data[: len(data) * 2 // 3]))  # the header survives, the scan data is cut
+    assert _check("fashioniq", fiq, tmp_path).ok
+    report = check_dataset("fashioniq", fiq, {}, tmp_path / "deep-cache", deep=True)
+    problem = _only(report, "unreadable-image")
+    assert problem.file == f"images/{jpeg.name}" and problem.entry == jpeg.stem
 
 
 def test_data_root_from_environment_or_a_clear_error(pristine, tmp_path, monkeypatch) -> None:
@@ -288,3 +351,26 @@ def test_cli_data_check_and_run_refusal(fiq, tmp_path, monkeypatch) -> None:
     assert runs.n_dropped.tolist() == [1] and runs.dataset.tolist() == ["fashioniq[categories=shirt]"]
     record = json.loads(Path(runs.dropped_path.iloc[0]).read_text())
     assert record["dropped"][0]["sample"] == "shirt-train-00003" and record["problems"][0]["entry"] == "#3"
+
+
+@pytest.mark.parametrize(("name", "captions"), [("fashioniq", "captions/cap.dress.val.json"), ("cirr", "captions/cap.rc2.val.json")])
+def test_cli_repeats_are_listed_and_the_run_counts_them(name, captions, pristine, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(cli.console, "width", 300)
+    root = Path(shutil.copytree(pristine[name], tmp_path / name))
+    for split in ("train", "val"):
+        path = root / captions.replace(".val.", f".{split}.")
+        entries = _load(path)
+        _save(path, entries + [entries[0]])
+    runner = CliRunner()
+    checked = runner.invoke(cli.app, ["data", "check", name, "--data-root", str(root), "--cache-dir", str(tmp_path)])
+    assert checked.exit_code == 0, checked.output
+    assert "no errors, 2 warning(s)" in checked.output and checked.output.count("exact repeat of entry #0") == 2
+    out = tmp_path / "results"
+    done = runner.invoke(cli.app, ["run", "--dataset", name, "--data-root", str(root), "--methods", "sprc", "--noise", "0",
+                                   "--epochs", "1", "--batch-size", "4", "--output", str(out), "--cache-dir", str(tmp_path / "c")])
+    assert done.exit_code == 0, done.output
+    runs = pd.read_parquet(out / "runs")
+    assert runs.n_warnings.eq(2).all() and runs.status.eq("completed").all()  # the reference rows too
+    runs = runs[~runs.is_reference]
+    assert runs.status.tolist() == ["completed"] and runs.n_warnings.tolist() == [2] and runs.n_dropped.tolist() == [0]
+    assert "2 warning(s)" in done.output

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cirbench.data.base import EvalProtocol, SummaryFn
-from cirbench.data.files import JsonEntryError, PathEscapeError, read_json_entries, resolve_inside
-from cirbench.data.real import Query, Scan
+from cirbench.data.files import PathEscapeError, resolve_inside
+from cirbench.data.real import FileOptions, Query, Scan
 
 FORMAT_VERSION = "1"
 CONTENT_OPTIONS = ("image_size",)
@@ -27,15 +27,9 @@ HEADLINE = "mean(recall@5,recall_subset@1)"
 
 
 @dataclass
-class Options:
-    """CIRR's ``--dataset-option`` settings. ``image_size``: images are resized to this
-    square (0: native sizes). The evaluation protocol is fixed by the benchmark."""
-
-    image_size: int = 224
-
-    def __post_init__(self) -> None:
-        if self.image_size < 0:
-            raise ValueError(f"image_size must be >= 0, got {self.image_size}")
+class Options(FileOptions):
+    """CIRR's ``--dataset-option`` settings: ``image_size`` and ``train_repeats`` (see
+    :class:`~cirbench.data.real.FileOptions`). The evaluation protocol is fixed by the benchmark."""
 
 
 def summarize(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -51,33 +45,27 @@ def protocol(options: Options) -> tuple[EvalProtocol, SummaryFn]:
     return EvalProtocol("cirr", exclude_reference=True, recall_at=(1, 5, 10, 50), subset_recall_at=(1, 2, 3)), summarize
 
 
-def _read(scan: Scan, rel: str, container: type) -> list[tuple[str | None, object]] | None:
-    path = scan.root / rel
-    if not path.is_file():
-        scan.problem(rel, "", "missing-file", "file not found", fatal=True)
-        return None
-    try:
-        return read_json_entries(path, container)
-    except JsonEntryError as exc:
-        scan.problem(rel, f"#{exc.entry}" if exc.entry is not None else "", "malformed-json", str(exc), fatal=True)
-        return None
-
-
 def _read_split(scan: Scan, split: str) -> dict[str, Path] | None:
     """Image name -> resolved path; paths out of the root are fatal problems."""
     rel = f"image_splits/split.rc2.{split}.json"
-    entries = _read(scan, rel, dict)
+    entries = scan.read_entries(rel, dict)
     if entries is None:
         return None
     paths: dict[str, Path] = {}
-    first: dict[str, int] = {}
+    values: dict[str, object] = {}
     for i, (name, value) in enumerate(entries):
         assert name is not None
         where = f"#{i} {name}"
-        if name in first:
-            scan.problem(rel, where, "duplicate", f"image {name!r} is listed twice (first at #{first[name]})")
+        first = scan.first_seen(rel, name, i)
+        if first is not None:
+            if values.get(name) == value:
+                scan.problem(rel, where, "repeat", f"image {name!r} is listed twice with the same path (first at #{first})",
+                             severity="warning")
+            else:
+                scan.problem(rel, where, "duplicate", f"image {name!r} is listed twice with different paths "
+                             f"({values.get(name)!r} at #{first}, {value!r} here); the first is used")
             continue
-        first[name] = i
+        values[name] = value
         if not isinstance(value, str) or not value:
             scan.problem(rel, where, "missing-field", f"the path of image {name!r} must be a non-empty string, found {value!r}")
             continue
@@ -97,27 +85,19 @@ _REQUIRED = {
 
 def _read_captions(scan: Scan, split: str, names: dict[str, Path] | None) -> list[Query]:
     rel = f"captions/cap.rc2.{split}.json"
-    entries = _read(scan, rel, list)
+    entries = scan.read_entries(rel, list)
     if entries is None:
         return []
     split_rel = f"image_splits/split.rc2.{split}.json"
-    seen: dict[int, int] = {}
+    seen: dict[int, tuple[int, dict]] = {}
     queries = []
     for i, (_, entry) in enumerate(entries):
         where = f"#{i}"
         pairid = entry.get("pairid") if isinstance(entry, dict) else None
-
-        def bad(kind: str, text: str) -> None:
-            scan.problem(rel, where, kind, text)
-            scan.drop(split, str(pairid) if pairid is not None else f"{rel} {where}", f"{rel} {where}: {text}")
-
-        if not isinstance(entry, dict):
-            bad("missing-field", f"entry is not a JSON object: {entry!r:.80}")
+        sample = str(pairid) if pairid is not None else f"{rel} {where}"
+        if not scan.fields(rel, where, split, sample, entry, _REQUIRED[split]):
             continue
-        missing = [f for f in _REQUIRED[split] if f not in entry]
-        if missing:
-            bad("missing-field", f"missing field(s): {', '.join(missing)}")
-            continue
+        assert isinstance(entry, dict)
         target = entry.get("target_hard") if split != "test1" else None
         members = entry["img_set"].get("members") if isinstance(entry.get("img_set"), dict) else None
         wrong = [f for f, ok in (
@@ -129,21 +109,43 @@ def _read_captions(scan: Scan, split: str, names: dict[str, Path] | None) -> lis
                                                     and all(isinstance(m, str) for m in members))),
         ) if not ok]
         if wrong:
-            bad("missing-field", f"invalid field(s): {', '.join(wrong)}")
+            scan.reject(rel, where, split, sample, "missing-field", f"invalid field(s): {', '.join(wrong)}")
             continue
-        if pairid in seen:
-            bad("duplicate", f"pairid {pairid} repeats entry #{seen[pairid]}")
-            continue
-        seen[pairid] = i
         subset = tuple(members) if split != "train" else None
         used = [("reference", entry["reference"])] + ([("target_hard", target)] if target is not None else [])
         used += [("img_set member", m) for m in subset or ()]
         absent = [f"{role} {name!r}" for role, name in used if names is not None and name not in names]
         if absent:
-            bad("not-in-split", f"{', '.join(absent)} not in {split_rel}")
+            scan.reject(rel, where, split, sample, "not-in-split", f"{', '.join(absent)} not in {split_rel}")
             continue
-        queries.append(Query(str(pairid), entry["reference"], entry["caption"], target, "all", f"{rel} {where}", subset))
+        first, earlier = seen.setdefault(pairid, (i, entry))
+        if first == i:
+            queries.append(Query(str(pairid), entry["reference"], entry["caption"], target, "all", f"{rel} {where}", subset))
+        elif _reused_pairid(scan, rel, where, split, entry, first, earlier == entry):
+            queries.append(Query(f"{pairid}#{i}", entry["reference"], entry["caption"], target, "all", f"{rel} {where}",
+                                 subset, repeat_of=f"{rel} #{first}" if earlier == entry else None))
     return queries
+
+
+def _reused_pairid(scan: Scan, rel: str, where: str, split: str, entry: dict, first: int, exact: bool) -> bool:
+    """Record an entry whose pairid an earlier entry ``#first`` has; whether to keep it.
+
+    An exact repeat, or in train and val another entry under the same pairid, is a warning
+    (the public loaders read both; the query's sample id becomes ``<pairid>#<index>``). In
+    test1 an exact repeat is answered once in the submission (a warning), and other
+    content under the same pairid is an error (a submission has one answer per pairid)."""
+    pairid = entry["pairid"]
+    if exact:
+        note = " (answered once in the submission)" if split == "test1" else ""
+        scan.problem(rel, where, "repeat", f"exact repeat of entry #{first}{note}", severity="warning")
+        return split != "test1"
+    if split == "test1":
+        scan.reject(rel, where, split, str(pairid), "duplicate",
+                    f"pairid {pairid} repeats entry #{first} with other content (a submission has one answer per pairid)")
+        return False
+    scan.problem(rel, where, "repeat", f"pairid {pairid} also names entry #{first}, with other content; "
+                 "kept as a separate query", severity="warning")
+    return True
 
 
 def _scan_split(scan: Scan, split: str, gallery: bool) -> list[Query]:

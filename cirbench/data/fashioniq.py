@@ -31,8 +31,8 @@ from typing import Literal
 import numpy as np
 
 from cirbench.data.base import EvalProtocol, SummaryFn
-from cirbench.data.files import JsonEntryError, PathEscapeError, list_images, read_json_entries, resolve_inside
-from cirbench.data.real import Query, Scan
+from cirbench.data.files import PathEscapeError, list_images, resolve_inside
+from cirbench.data.real import FileOptions, Query, Scan
 
 CATEGORIES: tuple[str, ...] = ("dress", "shirt", "toptee")
 SPLITS: tuple[str, ...] = ("train", "val")
@@ -42,23 +42,23 @@ CAPTION_STRIP = ".?, "
 
 
 @dataclass
-class Options:
-    """FashionIQ's ``--dataset-option`` settings.
+class Options(FileOptions):
+    """FashionIQ's ``--dataset-option`` settings (and ``image_size``, ``train_repeats``).
 
     ``categories``: ``all`` or a comma-separated subset of dress, shirt, toptee.
     ``train_captions``: ``joined`` ("c0 and c1", as validation) or ``random`` (CLIP4Cir's
     four variants, one per triplet from ``caption_seed``). ``reference``: ``exclude``
     (ConeSep/HABIT/INTENT) or ``keep`` (CLIP4Cir/SPRC/TME) the reference image in the
-    ranking. ``image_size``: images are resized to this square (0: native sizes).
+    ranking.
     """
 
     categories: str = "all"
     train_captions: Literal["joined", "random"] = "joined"
     caption_seed: int = 0
     reference: Literal["exclude", "keep"] = "exclude"
-    image_size: int = 224
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         chosen = [c.strip() for c in self.categories.split(",") if c.strip()]
         if chosen == ["all"]:
             chosen = list(CATEGORIES)
@@ -66,8 +66,6 @@ class Options:
         if unknown or not chosen:
             raise ValueError(f"categories={self.categories!r}: choose 'all' or from {', '.join(CATEGORIES)}")
         self.categories = ",".join(c for c in CATEGORIES if c in chosen)
-        if self.image_size < 0:
-            raise ValueError(f"image_size must be >= 0, got {self.image_size}")
 
     @property
     def category_list(self) -> list[str]:
@@ -118,21 +116,9 @@ def _plain_name(scan: Scan, rel: str, entry: str, name: str) -> bool:
     return True
 
 
-def _read_list(scan: Scan, rel: str) -> list[tuple[str | None, object]] | None:
-    path = scan.root / rel
-    if not path.is_file():
-        scan.problem(rel, "", "missing-file", "file not found", fatal=True)
-        return None
-    try:
-        return read_json_entries(path, list)
-    except JsonEntryError as exc:
-        scan.problem(rel, f"#{exc.entry}" if exc.entry is not None else "", "malformed-json", str(exc), fatal=True)
-        return None
-
-
 def _read_split(scan: Scan, category: str, split: str) -> list[str] | None:
     rel = f"image_splits/split.{category}.{split}.json"
-    entries = _read_list(scan, rel)
+    entries = scan.read_entries(rel, list)
     if entries is None:
         return None
     names: dict[str, int] = {}
@@ -142,7 +128,8 @@ def _read_split(scan: Scan, category: str, split: str) -> list[str] | None:
         elif not _plain_name(scan, rel, f"#{i}", name):
             continue
         elif name in names:
-            scan.problem(rel, f"#{i}", "duplicate", f"image {name!r} is listed twice (first at #{names[name]})")
+            scan.problem(rel, f"#{i}", "repeat", f"image {name!r} is listed twice (first at #{names[name]}); "
+                         "it counts once in the gallery", severity="warning")
         else:
             names[name] = i
     return list(names)
@@ -150,52 +137,42 @@ def _read_split(scan: Scan, category: str, split: str) -> list[str] | None:
 
 def _read_captions(scan: Scan, category: str, split: str, split_names: list[str] | None, options: Options) -> list[Query]:
     rel = f"captions/cap.{category}.{split}.json"
-    entries = _read_list(scan, rel)
+    entries = scan.read_entries(rel, list)
     if entries is None:
         return []
     in_split = set(split_names) if split_names is not None else None
     split_rel = f"image_splits/split.{category}.{split}.json"
     variants = np.random.default_rng([options.caption_seed, CATEGORIES.index(category)]).integers(0, 4, size=len(entries))
-    seen: dict[tuple, int] = {}
     queries = []
     for i, (_, entry) in enumerate(entries):
         where, sample_id = f"#{i}", f"{category}-{split}-{i:05d}"
-
-        def bad(kind: str, text: str) -> None:
-            scan.problem(rel, where, kind, text)
-            scan.drop(split, sample_id, f"{rel} {where}: {text}")
-
-        if not isinstance(entry, dict):
-            bad("missing-field", f"entry is not a JSON object: {entry!r:.80}")
+        if not scan.fields(rel, where, split, sample_id, entry, ("candidate", "target", "captions")):
             continue
-        missing = [f for f in ("candidate", "target", "captions") if f not in entry]
-        if missing:
-            bad("missing-field", f"missing field(s): {', '.join(missing)}")
-            continue
-        candidate, target, captions = entry["candidate"], entry["target"], entry["captions"]
+        candidate, target, captions = entry["candidate"], entry["target"], entry["captions"]  # type: ignore[index]
         wrong = [f for f, v in (("candidate", candidate), ("target", target)) if not isinstance(v, str) or not v]
         if wrong:
-            bad("missing-field", f"field(s) {', '.join(wrong)} must be non-empty strings")
+            scan.reject(rel, where, split, sample_id, "missing-field", f"field(s) {', '.join(wrong)} must be non-empty strings")
             continue
         if not (isinstance(captions, list) and len(captions) == 2 and all(isinstance(c, str) for c in captions)):
-            bad("missing-field", f"field 'captions' must be a list of two strings, found {captions!r:.80}")
+            scan.reject(rel, where, split, sample_id, "missing-field",
+                        f"field 'captions' must be a list of two strings, found {captions!r:.80}")
             continue
         if not (_plain_name(scan, rel, where, candidate) and _plain_name(scan, rel, where, target)):
             continue
-        key = (candidate, target, *captions)
-        if key in seen:
-            bad("duplicate", f"duplicate of entry #{seen[key]}")
-            continue
-        seen[key] = i
         absent = [f"{role} {name!r}" for role, name in (("candidate", candidate), ("target", target))
                   if in_split is not None and name not in in_split]
         if absent:
-            bad("not-in-split", f"{' and '.join(absent)} not in {split_rel}")
+            scan.reject(rel, where, split, sample_id, "not-in-split", f"{' and '.join(absent)} not in {split_rel}")
             continue
+        first = scan.first_seen(rel, (candidate, target, *captions), i)
+        if first is not None:
+            kept = "kept" if split == "val" or options.train_repeats == "keep" else "left out (train_repeats=drop)"
+            scan.problem(rel, where, "repeat", f"exact repeat of entry #{first} ({kept})", severity="warning")
         pair = (captions[0], captions[1])
         text = caption_variant(pair, int(variants[i])) if split == "train" and options.train_captions == "random" \
             else join_captions(*pair)
-        queries.append(Query(sample_id, candidate, text, target, category, f"{rel} {where}"))
+        queries.append(Query(sample_id, candidate, text, target, category, f"{rel} {where}",
+                             repeat_of=None if first is None else f"{rel} #{first}"))
     return queries
 
 

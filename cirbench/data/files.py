@@ -1,5 +1,5 @@
-"""On-disk helpers shared by the FashionIQ and CIRR loaders: paths that cannot leave the
-dataset root, image discovery, JSON reading that names the entry at fault, image decoding,
+"""On-disk helpers shared by the FashionIQ and CIRR loaders: the dataset root, paths that
+cannot leave it, image discovery, JSON reading that names the entry at fault, image decoding,
 and a file-backed :class:`~cirbench.data.base.ImageSource`."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import numpy as np
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg")
+DATA_ROOT_ENV = "CIRBENCH_DATA_ROOT"
 
 
 class PathEscapeError(ValueError):
@@ -25,6 +26,21 @@ class JsonEntryError(ValueError):
     def __init__(self, message: str, entry: int | None = None) -> None:
         super().__init__(message)
         self.entry = entry
+
+
+def resolve_data_root(dataset: str, data_root: Path | str | None) -> Path:
+    """The root of a dataset's files: ``data_root``, else ``$CIRBENCH_<DATASET>_ROOT``, else
+    ``$CIRBENCH_DATA_ROOT``; an error naming the option when none is set or it is no folder."""
+    specific = f"CIRBENCH_{dataset.upper().replace('-', '_')}_ROOT"
+    chosen = data_root or os.environ.get(specific) or os.environ.get(DATA_ROOT_ENV)
+    if not chosen:
+        raise ValueError(
+            f"dataset {dataset!r} reads files you provide: pass --data-root PATH (or set {specific} or {DATA_ROOT_ENV})"
+        )
+    root = Path(chosen).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"the {dataset} data root {root} is not a directory (from --data-root, {specific} or {DATA_ROOT_ENV})")
+    return root
 
 
 def resolve_inside(root: Path, relative: str) -> Path:

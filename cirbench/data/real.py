@@ -1,11 +1,16 @@
 """What the file-backed datasets (FashionIQ, CIRR) share: typed ``--dataset-option``
-parsing, the scan record a dataset module produces from its root, and its assembly into a
-:class:`~cirbench.data.base.CIRDataset` that drops (and lists) every sample a problem costs.
+parsing, the scan record a dataset module produces from its root (with the reading and
+entry-validation steps both modules use), and its assembly into a
+:class:`~cirbench.data.base.CIRDataset` that drops (and lists) every sample an error costs.
 
 A dataset module (``cirbench.data.fashioniq``, ``cirbench.data.cirr``) provides an
-``Options`` dataclass, ``scan(root, options) -> Scan`` and
+``Options`` dataclass (a :class:`FileOptions`), ``scan(root, options) -> Scan`` and
 ``protocol(options) -> (EvalProtocol, summarize)``; :class:`FileDatasetLoader` turns that
 into a registry entry with ``check`` for ``cirbench data check``.
+
+Entries that exactly repeat an earlier one are warnings, not errors (the public loaders
+read them as they are): validation keeps them, as the official protocol counts them, and
+training keeps them unless ``--dataset-option train_repeats=drop``.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping, TypeVar
+from typing import Any, Literal, Mapping, TypeVar
 
 import numpy as np
 
 from cirbench.data.base import CIRDataset, TripletSplit
-from cirbench.data.check import CheckReport, DatasetProblemsError, Problem, resolve_data_root, unreadable_images
+from cirbench.data.files import JsonEntryError, read_json_entries, resolve_data_root
+from cirbench.data.imagecheck import Level, unreadable_images
+from cirbench.data.problems import CheckReport, DatasetProblemsError, Problem, Severity
 
 O = TypeVar("O")
 
@@ -48,9 +55,25 @@ def parse_options(cls: type[O], options: Mapping[str, str], dataset: str) -> O:
 
 
 @dataclass
+class FileOptions:
+    """The ``--dataset-option`` settings every file-backed dataset has. ``image_size``:
+    images are resized to this square (0: native sizes). ``train_repeats``: ``keep`` the
+    training entries that exactly repeat an earlier entry (as the public loaders do) or
+    ``drop`` them; validation always keeps them."""
+
+    image_size: int = 224
+    train_repeats: Literal["keep", "drop"] = "keep"
+
+    def __post_init__(self) -> None:
+        if self.image_size < 0:
+            raise ValueError(f"image_size must be >= 0, got {self.image_size}")
+
+
+@dataclass
 class Query:
     """One well-formed triplet (or CIRR test query, ``target`` None) as read from the files,
-    by image name; ``origin`` names the file and entry it came from."""
+    by image name; ``origin`` names the file and entry it came from; ``repeat_of`` the
+    entry it exactly repeats, if any."""
 
     sample_id: str
     reference: str
@@ -59,6 +82,7 @@ class Query:
     group: str
     origin: str
     subset: tuple[str, ...] | None = None
+    repeat_of: str | None = None
 
 
 @dataclass
@@ -86,20 +110,59 @@ class Scan:
     dropped: list[Dropped] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
-    def problem(self, file: str, entry: str, kind: str, text: str, fatal: bool = False) -> None:
-        """Record a problem."""
-        self.problems.append(Problem(file, entry, kind, text, fatal))
+    _first: dict[tuple[str, object], int] = field(default_factory=dict, repr=False)
+
+    def problem(self, file: str, entry: str, kind: str, text: str, fatal: bool = False,
+                severity: Severity = "error") -> None:
+        """Record a problem (an error unless ``severity`` says ``warning``)."""
+        self.problems.append(Problem(file, entry, kind, text, fatal, severity))
 
     def drop(self, split: str, sample: str, reason: str) -> None:
         """Record a sample left out while reading."""
         self.dropped.append(Dropped(split, sample, reason))
 
-    def decode_images(self, cache_dir: Path | None) -> None:
-        """Decode every found image; move unreadable ones to ``bad_images`` as problems."""
-        for name, error in sorted(unreadable_images(self.images, self.root, cache_dir).items()):
+    def reject(self, rel: str, where: str, split: str, sample: str, kind: str, text: str) -> None:
+        """An error in one entry of ``rel`` that costs the sample ``sample`` of ``split``."""
+        self.problem(rel, where, kind, text)
+        self.drop(split, sample, f"{rel} {where}: {text}")
+
+    def read_entries(self, rel: str, container: type) -> list[tuple[str | None, object]] | None:
+        """The top-level entries of the JSON file ``rel`` (a list or an object); None, with a
+        fatal problem, when the file is missing or malformed."""
+        path = self.root / rel
+        if not path.is_file():
+            self.problem(rel, "", "missing-file", "file not found", fatal=True)
+            return None
+        try:
+            return read_json_entries(path, container)
+        except JsonEntryError as exc:
+            self.problem(rel, f"#{exc.entry}" if exc.entry is not None else "", "malformed-json", str(exc), fatal=True)
+            return None
+
+    def fields(self, rel: str, where: str, split: str, sample: str, entry: object, required: tuple[str, ...]) -> bool:
+        """Whether ``entry`` is a JSON object with every ``required`` field (else an error)."""
+        if not isinstance(entry, dict):
+            self.reject(rel, where, split, sample, "missing-field", f"entry is not a JSON object: {entry!r:.80}")
+            return False
+        missing = [f for f in required if f not in entry]
+        if missing:
+            self.reject(rel, where, split, sample, "missing-field", f"missing field(s): {', '.join(missing)}")
+            return False
+        return True
+
+    def first_seen(self, rel: str, key: object, index: int) -> int | None:
+        """The index of the earlier entry of ``rel`` with the same ``key``, or None (and
+        ``index`` is remembered as the first)."""
+        first = self._first.setdefault((rel, key), index)
+        return None if first == index else first
+
+    def verify_images(self, cache_dir: Path | None, level: Level = "header", workers: int | None = None) -> None:
+        """Check every found image (see :mod:`cirbench.data.imagecheck`); move unreadable ones
+        to ``bad_images`` as problems."""
+        for name, error in sorted(unreadable_images(self.images, self.root, cache_dir, level, workers).items()):
             path = self.images.pop(name)
             rel = os.path.relpath(path, self.root.resolve())
-            self.problem(rel, name, "unreadable-image", f"image cannot be decoded: {error}")
+            self.problem(rel, name, "unreadable-image", f"image cannot be read: {error}")
             self.bad_images[name] = f"image {rel} is unreadable"
 
 
@@ -128,13 +191,17 @@ def _assemble_split(
 
 def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size: int) -> CIRDataset:
     """Build the dataset from a scan, leaving out every sample whose images are missing or
-    unreadable; ``info["dropped"]`` lists each dropped sample and gallery image with the reason."""
+    unreadable (and, with ``train_repeats=drop``, the training entries that repeat an earlier
+    one); ``info["dropped"]`` lists each dropped sample and gallery image with the reason,
+    ``info["n_warnings"]`` counts the warnings."""
     from cirbench.data.files import FileImages
 
     image_ids = sorted(scan.images)
     index = {n: i for i, n in enumerate(image_ids)}
     dropped = list(scan.dropped)
-    train = _assemble_split("train", scan.train, index, scan.bad_images, dropped)
+    drop_repeats = getattr(options, "train_repeats", "keep") == "drop"
+    train_queries = [q for q in scan.train if not (drop_repeats and q.repeat_of)]
+    train = _assemble_split("train", train_queries, index, scan.bad_images, dropped)
     val = _assemble_split("val", scan.val, index, scan.bad_images, dropped)
     gallery = {}
     for group, names in scan.gallery.items():
@@ -165,6 +232,7 @@ def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size
             "data_root": str(scan.root),
             "options": dataclasses.asdict(options),
             "problems": [p.as_dict() for p in scan.problems],
+            "n_warnings": sum(p.severity == "warning" for p in scan.problems),
             "dropped": [dataclasses.asdict(d) for d in dropped],
         },
     )
@@ -186,13 +254,17 @@ class FileDatasetLoader:
         """The typed options of this dataset (ConfigError on an unknown key or a bad value)."""
         return parse_options(self.module.Options, options or {}, self.name)
 
-    def check(self, data_root: Path | str | None, options: Mapping[str, str] | None, cache_dir: Path | None) -> CheckReport:
+    def check(
+        self, data_root: Path | str | None, options: Mapping[str, str] | None, cache_dir: Path | None,
+        deep: bool = False, workers: int | None = None,
+    ) -> CheckReport:
         """Every problem with the dataset's files (including splits a run does not read, such
-        as CIRR's test1, when the module scans them for checks)."""
+        as CIRR's test1, when the module scans them for checks); images are checked at the
+        header level, or decoded with ``deep``."""
         opts = self.parse_options(options)
         root = resolve_data_root(self.name, data_root)
         scan = self.module.scan(root, opts, for_check=True)
-        scan.decode_images(cache_dir)
+        scan.verify_images(cache_dir, "deep" if deep else "header", workers)
         return CheckReport(self.name, root, scan.problems, scan.counts)
 
     def _load(self, scan_fn: str, cache_dir: Path, data_root: Path | None, options: Mapping[str, str] | None,
@@ -200,9 +272,9 @@ class FileDatasetLoader:
         opts = self.parse_options(options)
         root = resolve_data_root(self.name, data_root)
         scan = getattr(self.module, scan_fn)(root, opts)
-        scan.decode_images(cache_dir)
+        scan.verify_images(cache_dir)
         report = CheckReport(self.name, root, scan.problems, scan.counts)
-        if report.fatal or (report.problems and not allow_missing):
+        if report.fatal or (report.errors and not allow_missing):
             raise DatasetProblemsError(report)
         return assemble(scan, self.name, self.module, opts, opts.image_size)
 
@@ -213,8 +285,8 @@ class FileDatasetLoader:
         options: Mapping[str, str] | None = None,
         allow_missing: bool = False,
     ) -> CIRDataset:
-        """Load the dataset (train and validation splits); refuses one with problems unless
-        ``allow_missing``, and always refuses fatal problems."""
+        """Load the dataset (train and validation splits); refuses one with errors unless
+        ``allow_missing``, and always refuses fatal ones; warnings never block it."""
         return self._load("scan", cache_dir, data_root, options, allow_missing)
 
     def load_test(

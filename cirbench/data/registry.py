@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cirbench.data.base import CIRDataset
+from cirbench.data.real import FileDatasetLoader
 from cirbench.registry import Registry
 
 
@@ -48,8 +49,6 @@ DATASETS.add(
 
 # Datasets read from the user's files (--data-root): loaders with ``check`` and typed options,
 # called as loader(cache_dir, data_root, options=..., allow_missing=...).
-from cirbench.data.real import FileDatasetLoader  # noqa: E402
-
 DATASETS.add("fashioniq", FileDatasetLoader(
     "fashioniq", "FashionIQ dress/shirt/toptee from your files (--data-root; options: categories, train_captions, reference)",
     "cirbench.data.fashioniq",

@@ -7,7 +7,6 @@ import datetime as dt
 import hashlib
 import json
 import platform
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,6 +20,7 @@ from cirbench.config import build_config, config_to_dict
 from cirbench.data.base import CIRDataset
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
+from cirbench.engine.cell_failure import confirm_cell, settle_failure
 from cirbench.engine.distributed import is_main_process, main_process_first, world_size
 from cirbench.engine.evaluate import evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
@@ -204,7 +204,8 @@ class Grid:
                 self.dropped_path = self.spec.output / "dropped" / f"{self._dataset.key}.json"
                 record = {"dataset": self.spec.dataset, "dataset_key": self._dataset.key, "data_root": str(self.spec.data_root or ""),
                           "problems": self._dataset.info.get("problems", []), "dropped": dropped}
-                atomic_write_text(json.dumps(record, indent=1), self.dropped_path)
+                if is_main_process():
+                    atomic_write_text(json.dumps(record, indent=1), self.dropped_path)
         return self._dataset
 
     def tokens(self, backbone, announce: Callable[[str], None]) -> np.ndarray:
@@ -252,8 +253,9 @@ class Grid:
                 precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing,
             )
             tables = result.tables
-            if spec.save:
+            if spec.save and is_main_process():  # under torchrun, rank 0 alone writes the weights
                 row["checkpoint_path"] = str(self.save_checkpoint(cell, result, backbone, dataset))
+            confirm_cell()  # under torchrun: every rank finished the cell (or a failure elsewhere surfaces here)
             row.update(
                 status="completed", steps=result.steps, model_seconds=result.model_seconds,
                 seconds_per_step=result.model_seconds / max(result.steps, 1),
@@ -263,9 +265,10 @@ class Grid:
             row.update(status="interrupted", error="interrupted by the user")
             self._finish(key, row, started, {})
             raise
-        except Exception as exc:  # a failed cell is recorded and the grid goes on
-            row["error"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-            outcome = CellOutcome(cell, "failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a failed cell is recorded and the grid goes on (on every rank: settle_failure)
+            summary, error = settle_failure(exc)
+            row["error"] = error[-4000:]
+            outcome = CellOutcome(cell, "failed", error=summary)
         self._finish(key, row, started, tables)
         return outcome
 
@@ -273,7 +276,8 @@ class Grid:
         """The dataset (recorded in ``row``), a fresh backbone for ``key``'s seed and the tower tokens."""
         dataset = self.dataset()
         row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
-                   n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""))
+                   n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""),
+                   n_warnings=int(dataset.info.get("n_warnings", 0)))
         backbone = BACKBONES.get(self.spec.backbone)(key.seed, self.spec.cache_dir, self.spec.weights)
         return dataset, backbone, self.tokens(backbone, announce)
 
@@ -291,7 +295,7 @@ class Grid:
             "dataset_key": "", "noise_manifest_hash": "", "noise_manifest_path": "", "eval_protocol": "",
             "n_train": 0, "n_noisy": 0, "epochs": spec.epochs, "started": started.isoformat(),
             "finished": "", "wall_seconds": 0.0, "steps": 0, "model_seconds": 0.0, "seconds_per_step": float("nan"),
-            "n_dropped": 0, "dropped_path": "", "checkpoint_path": "",
+            "n_dropped": 0, "dropped_path": "", "checkpoint_path": "", "n_warnings": 0,
         }
 
     def reference_cells(self) -> list[Cell]:
@@ -321,11 +325,13 @@ class Grid:
             method = cell.method_cls(backbone, cell.config, None).to(device)
             final = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
             tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe())}
+            confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
             outcome = CellOutcome(cell, "completed", final)
-        except Exception as exc:  # recorded like a failed cell; the grid goes on
-            row["error"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-            outcome = CellOutcome(cell, "failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # recorded like a failed cell; the grid goes on (on every rank: settle_failure)
+            summary, error = settle_failure(exc)
+            row["error"] = error[-4000:]
+            outcome = CellOutcome(cell, "failed", error=summary)
         self._finish(key, row, started, tables)
         return outcome
 

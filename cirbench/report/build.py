@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from cirbench.report.content import assemble
 from cirbench.report.html import render_html
 from cirbench.report.load import load_results
 from cirbench.report.markdown import render_markdown
+from cirbench.report.published import load_published
 from cirbench.results.atomic import atomic_write
 
 
-def build_report(results_dir: Path | str, output_dir: Path | str) -> Path:
+def build_report(results_dir: Path | str, output_dir: Path | str, published: Sequence[Path | str] = ()) -> Path:
     """Build the report of ``results_dir`` into ``output_dir`` and return the HTML page's path.
 
     Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png`` per setting, ``report.md``
     (linking those PNGs) and a self-contained ``index.html`` (embedding them). Figure folders
     of settings no longer in the results are left alone; a setting's folder is rewritten
-    whole, so figures that no longer apply do not linger. Raises
-    :class:`~cirbench.report.load.ReportError` when ``results_dir`` holds no runs.
+    whole, so figures that no longer apply do not linger. FashionIQ and CIRR settings get the
+    papers' published numbers beside them, plus the rows of the ``published`` CSV files
+    (see :mod:`cirbench.report.published`). Raises
+    :class:`~cirbench.report.load.ReportError` when ``results_dir`` holds no runs, and
+    :class:`~cirbench.report.published.PublishedFileError` for a bad file of published numbers.
     """
     output = Path(output_dir)
+    numbers = load_published(published)
     data = load_results(results_dir)
     output.mkdir(parents=True, exist_ok=True)
     for setting in data.settings:
@@ -28,7 +34,7 @@ def build_report(results_dir: Path | str, output_dir: Path | str) -> Path:
         if folder.is_dir():
             for stale in folder.glob("*.png"):
                 stale.unlink()
-    content = assemble(data, output)
+    content = assemble(data, output, numbers)
     markdown = render_markdown(content, output)
     page = render_html(content)
     _write_text(output / "report.md", markdown)

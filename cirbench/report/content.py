@@ -14,6 +14,7 @@ from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
 from cirbench.report.references import reference_table
+from cirbench.report.reproduction import reproduction_table
 from cirbench.report.tables import TableModel, gain_table, purity_table, recall_table
 
 
@@ -55,12 +56,13 @@ def _provenance(data: ReportData) -> list[str]:
     return lines
 
 
-def assemble(data: ReportData, output: Path) -> ReportContent:
-    """Compute the tables and write the figures of every setting under ``output/<setting>/``."""
+def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = None) -> ReportContent:
+    """Compute the tables and write the figures of every setting under ``output/<setting>/``;
+    ``published``: the papers' numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
     sections = []
     for setting in data.settings:
-        tables = [t for t in (recall_table(setting), reference_table(setting), gain_table(setting), purity_table(setting))
-                  if t is not None]
+        tables = [t for t in (recall_table(setting), reference_table(setting), gain_table(setting), purity_table(setting),
+                              reproduction_table(setting, published)) if t is not None]
         figures = all_figures(setting, output / setting.slug)
         sections.append(Section(setting, at_a_glance(setting), tables, figures))
     n_runs = sum(len(s.runs) for s in data.settings)

@@ -59,6 +59,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("n_dropped", pa.int64()),
         ("dropped_path", pa.string()),
         ("checkpoint_path", pa.string()),
+        ("n_warnings", pa.int64()),
     ],
     "metrics": [
         ("epoch", pa.int64()),
