@@ -201,10 +201,13 @@ def calibrate(
     jobs: int = typer.Option(0, "--jobs", "-j", envvar="CIRBENCH_JOBS",
                              help="Cells at once, one process each (0: two on a CPU with two or more cores, else one)."),
 ) -> None:
-    """Check that a setting is in the papers' regime: sprc, the perfect filter and the reference
-    rows against the calibration targets (see docs/benchmark.md); exit 1 if a target is missed."""
+    """Check that a setting is in the papers' regime (docs/benchmark.md); exit 1 if a target is missed.
+
+    Runs sprc at 0, 50 and 80% noise, the perfect filter at 50 and 80% and the reference rows
+    (finished cells in --output are reused), then prints each calibration figure beside its target.
+    """
     from cirbench.engine.calibrate import calibration_grid, checks_markdown, run_calibration_checks
-    from cirbench.engine.grid import GridError, GridSpec
+    from cirbench.engine.grid import GridError, GridSpec, backbone_label, dataset_label
 
     try:
         spec = GridSpec(
@@ -227,8 +230,8 @@ def calibrate(
     except ValueError as exc:
         _fail(str(exc))
         return
-    table = Table(title=f"calibration: {grid.spec.dataset} / {grid.spec.backbone}[{grid.spec.weights or ''}] / "
-                        f"{grid.spec.noise_protocol}, seeds {seeds}")
+    table = Table(title=f"calibration: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / {grid.spec.noise_protocol}, "
+                        f"seeds {seeds}")
     for column in ("check", "figure", "value", "target", "verdict", "detail"):
         table.add_column(column, justify="right" if column in ("value", "target") else "left", overflow="fold")
     for c in checks:

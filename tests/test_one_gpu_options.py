@@ -48,11 +48,12 @@ def test_online_features_equal_the_cache(tmp_path: Path, data_dir: Path) -> None
     backbone = BACKBONES.get("tiny")(0, data_dir, None)
     cached = image_tokens(dataset, backbone, data_dir)
     online = OnlineTokens(dataset, backbone, workers=2)
-    index = np.array([[3, 7], [7, 1199]])
+    last = len(dataset.image_ids) - 1
+    index = np.array([[3, 7], [7, last]])
     assert online.shape == cached.shape and np.array_equal(online[index], np.asarray(cached[index]))
     assert cache_bytes(dataset, backbone) == cached.nbytes
     with pytest.raises(IndexError):
-        online[np.array([1200])]
+        online[np.array([last + 1])]
 
     from_cache = _run(tmp_path / "cache", data_dir)
     from_images = _run(tmp_path / "online", data_dir, "--features", "online", "--decode-workers", "1")

@@ -59,7 +59,7 @@ DEFAULT_TINY_WEIGHTS = "cir"
 
 TOWER_VERSION = "1"
 STAGE1_VERSION = "1"
-CIR_VERSION = "1"
+CIR_VERSION = "2"
 PRETRAIN_OBJECT_COUNTS = (1, 5)  # image-text scenes; the benchmark has 2 to 4 objects
 CIR_SPACE = SceneSpace(5, 7)  # composed-retrieval scenes; edits keep them within 5 to 7
 
@@ -186,7 +186,7 @@ def pretrain_stage1(backbone: TinyBackbone, steps: int = 600, batch_size: int = 
     return composer_state(backbone)
 
 
-def pretrain_composed_retrieval(backbone: TinyBackbone, steps: int = 300, batch_size: int = 64, n_scenes: int = 2000,
+def pretrain_composed_retrieval(backbone: TinyBackbone, steps: int = 600, batch_size: int = 64, n_scenes: int = 2000,
                                 mods: int = 4, lr: float = 1e-3, seed: int = 0) -> dict:
     """Train ``backbone``'s composer (in place) on composed retrieval: the composed query of
     (reference, modification text) against the target's max-over-tokens features, InfoNCE

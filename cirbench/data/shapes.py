@@ -405,7 +405,7 @@ def generate_shapes(params: ShapesParams) -> tuple[np.ndarray, list[str], dict]:
     ``val_family_size``.
     """
     if (params.n_train_scenes < 1 or params.n_val_scenes < 1 or not 1 <= params.mods_per_scene <= 16
-            or not 2 <= params.val_family_size <= 32 or not 2 <= params.subset_size <= params.val_family_size):
+            or not 2 <= params.val_family_size <= 64 or not 2 <= params.subset_size <= params.val_family_size):
         raise ValueError(f"invalid shapes parameters: {params}")
     scene_rng, render_rng = (np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(params.seed).spawn(2))
     image_scenes: list[Scene] = []
