@@ -145,7 +145,7 @@ def _run_grid(grid, cells: list, jobs: int = 1) -> list:
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
     ) as progress:
-        announce = lambda m: progress.console.print(f"[dim]{m}[/]")  # noqa: E731
+        announce = lambda m: progress.console.print(f"[dim]{escape(m)}[/]")  # noqa: E731
         references = grid.reference_cells()
         task = progress.add_task(f"{'reference rows':>8}", total=len(references), status="")
         for cell in references:
@@ -230,8 +230,8 @@ def calibrate(
     except ValueError as exc:
         _fail(str(exc))
         return
-    table = Table(title=f"calibration: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / {grid.spec.noise_protocol}, "
-                        f"seeds {seeds}")
+    table = Table(title=escape(f"calibration: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / "
+                               f"{grid.spec.noise_protocol}, seeds {seeds}"))
     for column in ("check", "figure", "value", "target", "verdict", "detail"):
         table.add_column(column, justify="right" if column in ("value", "target") else "left", overflow="fold")
     for c in checks:
@@ -328,12 +328,14 @@ def _summary(grid, outcomes) -> None:
     purity = grid.store.read("purity")
     from cirbench.engine.grid import backbone_label, dataset_label
 
-    table = Table(title=f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / {grid.spec.noise_protocol} "
-                        f"-> {grid.spec.output}")
+    table = Table(title=escape(f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / "
+                               f"{grid.spec.noise_protocol} -> {grid.spec.output}"))
     for column in ("method", "noise", "seed", "status", "R@1", "R@10", "R@50", "purity", "AUROC"):
         table.add_column(column, justify="right" if column not in ("method", "status") else "left",
                          min_width={"method": 10, "status": 9}.get(column), overflow="fold")
-    for o in sorted(outcomes, key=lambda o: math.isnan(o.cell.key.noise_rate)):  # reference rows last
+    order = {name: i for i, name in enumerate(grid.spec.methods)}
+    for o in sorted(outcomes, key=lambda o: (math.isnan(o.cell.key.noise_rate), order.get(o.cell.key.method, len(order)),
+                                             o.cell.key.noise_rate, o.cell.key.seed)):  # grid order, reference rows last
         k = o.cell.key
         m = metrics[metrics.run_id == k.run_id]
         m = m[m.group == ("average" if (m.group == "average").any() else "all")]  # FashionIQ: category average

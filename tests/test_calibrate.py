@@ -28,7 +28,8 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
            "package_version": "0", "git_commit": "", "package_versions": "", "torch_version": "", "device": "cpu",
            "dataset_key": "k", "noise_manifest_hash": "", "noise_manifest_path": "", "eval_protocol": "p", "n_train": 10,
            "n_noisy": 0, "epochs": 2, "started": "", "finished": f"2026-01-01T00:00:{seed:02d}", "wall_seconds": 1.0,
-           "steps": 1, "model_seconds": 1.0, "seconds_per_step": 1.0, "n_dropped": 0, "dropped_path": "", "checkpoint_path": ""}
+           "steps": 1, "model_seconds": 1.0, "seconds_per_step": 1.0, "n_dropped": 0, "dropped_path": "", "checkpoint_path": "",
+           "n_warnings": 0}
     epochs = [0] if reference else [0, 1]
     frame = pd.DataFrame([{"epoch": e, "split": "val", "group": "all", "metric": m, "value": v * (1 if e == epochs[-1] else 0.5),
                            "eval_protocol": "p"} for e in epochs for m, v in metrics.items()])
