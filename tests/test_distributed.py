@@ -5,6 +5,7 @@ writes the results once."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -78,6 +79,20 @@ def _tables(output: Path) -> dict[str, pd.DataFrame]:
     return {name: pd.read_parquet(output / name) for name in ("runs", "losses", "metrics", "purity", "scores")}
 
 
+def _run_bounded(command: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``command`` in its own process group; past ``timeout`` kill the whole group (torchrun
+    and its workers, which a plain ``subprocess.run`` timeout would leave running) and fail."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            pytest.fail(f"{' '.join(command[:6])} ... ran past {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def test_two_gloo_processes_match_one_process(tmp_path: Path, cache_dir: Path) -> None:
     data_dir = cache_dir
     threads = torch.get_num_threads()
@@ -90,7 +105,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path, cache_dir: Path) -
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "cirbench.cli", *_args(tmp_path / "two", data_dir)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    done = _run_bounded(command, env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     one, two = _tables(tmp_path / "one"), _tables(tmp_path / "two")
@@ -146,7 +161,7 @@ def test_a_failure_on_one_rank_fails_the_cell_on_every_rank_and_the_grid_goes_on
                "--epochs", "1", "--batch-size", "150", "--output", str(out), "--cache-dir", str(cache_dir),  # tiny's start pre-trained
                "--save", "--report", "--report-dir", str(reports)]
     # the bound is the point: before, gloo aborted both ranks on the collective mismatch, or they waited for the timeout
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=60)
+    done = _run_bounded(command, {**os.environ, "OMP_NUM_THREADS": "1"}, timeout=60)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # a cell failed: exit 1 on every rank
     runs = pd.read_parquet(out / "runs")
     assert runs[runs.is_reference].status.eq("completed").all()  # the reference rows before the grid
