@@ -112,3 +112,15 @@ def test_two_cells_at_once_give_the_same_numbers_as_one_after_another(tmp_path: 
     pd.testing.assert_series_equal(frames[0].value.reset_index(drop=True), frames[1].value.reset_index(drop=True))
     runs = pd.read_parquet(tmp_path / "parallel" / "runs")
     assert set(runs.status) == {"completed"} and len(runs) == 2 + 3
+
+
+def test_no_margin_at_50_percent_is_a_failure(tmp_path: Path) -> None:
+    """At 50% the perfect filter must beat sprc, not tie it: the target is strict."""
+    store = ResultsStore(tmp_path / "results")
+    for seed in (0, 1):
+        _write(store, "sprc", 0.5, seed, {"recall@10": 0.40})
+        _write(store, "oracle", 0.5, seed, {"recall@10": 0.40 + 0.01 * seed})
+    (setting,) = load_results(tmp_path / "results").settings
+    check = next(c for c in calibration_checks(setting) if c.name == "something to win at 50%")
+    assert (check.value, check.target, check.verdict) == (0.0, "> 0", "FAIL")
+    assert next(c for c in calibration_checks(setting) if c.name == "text matters (ranking)").verdict == "n/a"  # not run

@@ -37,13 +37,16 @@ class Check:
     high: float | None
     passed: bool | None
     detail: str = ""
+    strict: bool = False  # the value must exceed ``low``, not merely reach it
 
     @property
     def target(self) -> str:
-        """The target as text, e.g. ``0.2 - 0.75`` or ``>= 0.05``."""
+        """The target as text, e.g. ``0.2 - 0.75``, ``>= 0.05`` or ``> 0``."""
         if self.low is not None and self.high is not None:
             return f"{self.low:g} - {self.high:g}"
-        return f">= {self.low:g}" if self.low is not None else f"<= {self.high:g}"
+        if self.low is not None:
+            return f"{'>' if self.strict else '>='} {self.low:g}"
+        return f"<= {self.high:g}"
 
     @property
     def verdict(self) -> str:
@@ -60,11 +63,12 @@ def calibration_grid(spec: GridSpec) -> Grid:
 
 
 def _check(name: str, figure: str, value: float, low: float | None = None, high: float | None = None,
-           detail: str = "", measurable: bool = True) -> Check:
+           detail: str = "", measurable: bool = True, strict: bool = False) -> Check:
     ok = None
     if measurable and math.isfinite(value):
-        ok = (low is None or value >= low - 1e-12) and (high is None or value <= high + 1e-12)
-    return Check(name, figure, value, low, high, ok, detail)
+        above = low is None or (value > low if strict else value >= low - 1e-12)
+        ok = above and (high is None or value <= high + 1e-12)
+    return Check(name, figure, value, low, high, ok, detail, strict)
 
 
 def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
@@ -85,8 +89,8 @@ def _reference(setting: Setting, name: str, metric: str) -> float:
     refs = setting.references
     if refs.empty:
         return float("nan")
-    ids = set(refs.run_id[refs.run_id.str.startswith(f"{name}-")])
-    return float(_recall(refs[refs.run_id.isin(ids)], metric).mean()) if ids else float("nan")
+    values = _recall(refs[refs.method == name], metric)
+    return float(values.mean()) if len(values) else float("nan")
 
 
 def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
@@ -125,8 +129,8 @@ def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Chec
     for rate, low in ((0.5, 0.0), (0.8, 0.05)):
         gap = (oracle[rate] - sprc[rate]).dropna()
         checks.append(_check(f"something to win at {rate:.0%}", f"oracle - sprc {label} at {rate:.0%}, worst seed",
-                             float(gap.min()) if len(gap) else float("nan"), low if low else 1e-9, None,
-                             "per seed: " + ", ".join(f"{g:+.3f}" for g in gap) if len(gap) else "not run"))
+                             float(gap.min()) if len(gap) else float("nan"), low, None,
+                             "per seed: " + ", ".join(f"{g:+.3f}" for g in gap) if len(gap) else "not run", strict=low == 0.0))
     auroc, per_type = _premise(setting)
     checks.append(_check("small-loss premise", f"sprc per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
                          auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
