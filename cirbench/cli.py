@@ -155,9 +155,9 @@ def _run_grid(grid, cells: list, jobs: int = 1) -> list:
                 progress.console.print(f"[red]reference row {cell.key.method} failed: {outcome.error}[/]")
             outcomes.append(outcome)
         progress.update(task, status=", ".join(sorted({c.key.method for c in references})))
-        pending = [c for c in cells if grid.spec.overwrite or not grid.store.is_complete(c.key.run_id)]
+        pending = {c.key.run_id for c in cells if grid.spec.overwrite or not grid.store.is_complete(c.key.run_id)}
         if min(jobs, len(pending)) > 1:
-            outcomes += _run_in_processes(grid, cells, jobs, progress)
+            outcomes += _run_in_processes(grid, cells, pending, jobs, progress)
             return outcomes
         for cell in cells:
             k = cell.key
@@ -247,17 +247,17 @@ def calibrate(
         raise typer.Exit(1)
 
 
-def _run_in_processes(grid, cells: list, jobs: int, progress: Progress) -> list:
-    """``cells`` in ``jobs`` worker processes (the caches exist already: the reference rows
-    built them); a progress line per cell, updated when it ends."""
+def _run_in_processes(grid, cells: list, pending: set[str], jobs: int, progress: Progress) -> list:
+    """The ``pending`` run ids among ``cells`` in ``jobs`` worker processes (the caches exist
+    already: the reference rows built them); a progress line per cell, updated when it ends."""
     from cirbench.engine.grid import CellOutcome
-    from cirbench.engine.parallel import progress_text, run_in_processes
+    from cirbench.engine.parallel import run_in_processes
 
     outcomes, tasks, todo = [], {}, []
     for cell in cells:
         k = cell.key
         tasks[k.run_id] = (cell, progress.add_task(f"{k.method:>8} noise={k.noise_rate:<4g} seed={k.seed}", total=1, status=""))
-        if not grid.spec.overwrite and grid.store.is_complete(k.run_id):
+        if k.run_id not in pending:
             progress.update(tasks[k.run_id][1], completed=1, status="already complete (skipped)")
             outcomes.append(CellOutcome(cell, "skipped"))
         else:
@@ -265,7 +265,9 @@ def _run_in_processes(grid, cells: list, jobs: int, progress: Progress) -> list:
             progress.update(tasks[k.run_id][1], status=f"queued ({jobs} at a time)")
     for result in run_in_processes(grid.spec, todo, jobs):
         cell, task = tasks[result["run_id"]]
-        progress.update(task, completed=1, status=progress_text(result, _headline))
+        status = (f"completed  R@10 {_headline(result['final']):.3f}" if result["status"] == "completed"
+                  else f"[red]{result['status']}: {escape(result['error'])}[/]")
+        progress.update(task, completed=1, status=status)
         outcomes.append(CellOutcome(cell, result["status"], result["final"], result["error"]))
     return outcomes
 

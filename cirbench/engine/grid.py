@@ -111,6 +111,7 @@ def backbone_label(spec: GridSpec) -> str:
 
 def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: MethodConfig, rate: float, seed: int) -> str:
     """A deterministic id from everything that changes a cell's numbers."""
+    loader = DATASETS.get(spec.dataset)
     identity = json.dumps(
         {
             "method": label, "version": method_cls.version, "config": config_to_dict(config),
@@ -120,7 +121,7 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
             # only when set, so that the ids of runs without them stay as they were
             **({"dataset_options": spec.dataset_options} if spec.dataset_options else {}),
             **({"allow_missing": True} if spec.allow_missing else {}),
-            **({"dataset_key": DATASETS.get(spec.dataset).key()} if hasattr(DATASETS.get(spec.dataset), "key") else {}),
+            **({"dataset_key": loader.key()} if hasattr(loader, "key") else {}),
         },
         sort_keys=True,
     )

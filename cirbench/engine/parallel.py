@@ -14,7 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -57,9 +57,3 @@ def run_in_processes(spec: GridSpec, run_ids: list[str], jobs: int) -> Iterator[
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
-
-def progress_text(outcome: dict[str, Any], headline: Callable[[dict], float]) -> str:
-    """A finished cell's status line: its R@10 (or the dataset's headline) or its error."""
-    if outcome["status"] != "completed":
-        return f"[red]{outcome['status']}: {outcome['error']}[/]"
-    return f"completed  R@10 {headline(outcome['final']):.3f}"

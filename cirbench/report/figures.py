@@ -83,9 +83,10 @@ def _save(fig: Figure, out: Path, name: str, title: str, caption: str) -> Figure
     return FigureFile(path, title, caption)
 
 
-def _method_legend(fig: Figure, setting: Setting, methods: list[str], styles: dict[str, dict]) -> None:
-    handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in methods]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
+def _method_legend(fig: Figure, setting: Setting, methods: list[str], styles: dict[str, dict],
+                   extra: list[Line2D] | None = None, ncols: int = 6) -> None:
+    handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in methods] + (extra or [])
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), ncols), frameon=False)
 
 
 def _rate_axis(ax: Axes, rates: list[float]) -> None:
@@ -124,10 +125,8 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_title(column)
         ax.set_ylabel(f"{column} (%)")
         _rate_axis(ax, rates)
-    shown = [m for m in setting.methods if m in stats.index.get_level_values("method")]
-    handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in shown]
-    handles += [Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False)
+    _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles,
+                   extra=[Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index], ncols=5)
     return _save(fig, out, "recall_vs_noise", "Recall vs noise rate",
                  "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "

@@ -8,7 +8,7 @@ import pandas as pd
 
 from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.report.load import Setting
-from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_columns, summarize, wide_columns
+from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_columns, seed_stats, summarize, wide_columns
 
 BOUND = f"{BASELINE} at 0% noise (bound)"
 REFERENCE_STYLES: dict[str, dict] = {
@@ -27,8 +27,7 @@ def reference_stats(setting: Setting) -> pd.DataFrame:
         refs = setting.references
         per_seed = wide_columns(refs[refs.split == "val"], ["method", "seed"]) if "val" in set(refs.split) else pd.DataFrame()
         if len(per_seed):
-            grouped = per_seed.groupby(level="method")
-            blocks.append(pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1))
+            blocks.append(seed_stats(per_seed.groupby(level="method")))
     per_run = run_columns(setting)
     if len(per_run.columns):
         stats = summarize(setting, per_run)
@@ -46,7 +45,7 @@ def reference_table(setting: Setting) -> TableModel | None:
     stats = reference_stats(setting)
     if stats.empty:
         return None
-    columns = [c for c in stats["mean"].columns]
+    columns = list(stats["mean"].columns)
     rows = []
     for i, name in enumerate(stats.index):
         cells = [Cell(_format(float(stats.loc[name, ("mean", c)]), float(stats.loc[name, ("std", c)]),

@@ -126,7 +126,11 @@ def headline_column(columns: list[str]) -> str | None:
 def summarize(setting: Setting, per_run: pd.DataFrame) -> pd.DataFrame:
     """Mean, std (ddof 1) and seed count of every column per (noise rate, method)."""
     keyed = setting.runs.set_index("run_id")[["noise_rate", "method"]].join(per_run, how="inner")
-    grouped = keyed.groupby(["noise_rate", "method"])
+    return seed_stats(keyed.groupby(["noise_rate", "method"]))
+
+
+def seed_stats(grouped) -> pd.DataFrame:
+    """``mean``, ``std`` (ddof 1) and ``n`` of every column of a grouped frame, side by side."""
     return pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1)
 
 
