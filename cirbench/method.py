@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import numpy as np
 import torch
@@ -110,6 +110,11 @@ class Method(nn.Module):
     scores_noise: ClassVar[bool] = False
     """True if the method gives per-sample noise scores without partitioning (HUG)."""
     oracle: ClassVar[bool] = False
+    ablations: ClassVar[dict[str, dict[str, Any]]] = {}
+    """The method's standard ablation grid: variant name -> ``Config`` overrides. ``cirbench
+    run --ablate <name>`` runs the full method beside every variant, labelled ``<name>:<variant>``."""
+    ablation_noise: ClassVar[tuple[float, ...]] = (0.2,)
+    """The noise rates at which the method's paper reports its ablations (the grid's default)."""
 
     def __init__(self, backbone: Backbone, config: MethodConfig, context: TrainingContext) -> None:
         super().__init__()

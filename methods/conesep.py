@@ -82,10 +82,12 @@ class ConeSepConfig(MethodConfig):
     batch values in the boundary estimate), ``boundary`` [4] (off: B = 0), ``fidelity`` [5]
     (off: the margin ``x`` itself is the fidelity), ``target_matrix`` [6-8] (T all ones,
     all minus ones, all zeros), ``query_loss`` [9] (L_intra), ``negative_prompt`` [10] (off:
-    the negative branch uses the shared query tokens and a negated text),
-    ``ot_negative`` [11] (off: C- is a constant, so F_neg does not steer the plan), ``ot``
-    [12] (off: Y = L), ``unlearning`` [13] (L_ul), ``rcl`` [14] (L_robust);
-    ``boundary_sampling`` (Tables 5-6) and ``K`` (Fig. 8). Not in the paper:
+    the negative branch uses the shared query tokens and a negated text), ``target_loss``
+    [6-8 at once] (no L_inter), ``ot_negative`` [11] (off: C- is a constant, so F_neg does
+    not steer the plan), ``ot`` [12] (off: Y = L), ``unlearning`` [13] (L_ul), ``rcl`` [14] (L_robust);
+    ``boundary_sampling`` (Tables 5-6) and ``K`` (Fig. 8). ``partition`` off keeps every
+    sample clean (no GFQ at all: BTU then has no noisy rows to unlearn). The standard grid
+    (:attr:`ConeSep.ablations`) switches one module off at a time. Not in the paper:
     ``ranking_loss = infonce`` puts InfoNCE in place of RCL (Eq. 4), a diagnostic that keeps
     every other part of ConeSep (RCL flattens the similarity matrix on ``shapes``; see
     ``docs/conesep.md``).
@@ -117,6 +119,8 @@ class ConeSepConfig(MethodConfig):
     ot: bool = True
     unlearning: bool = True
     rcl: bool = True
+    partition: bool = True
+    target_loss: bool = True
     ranking_loss: RankingLoss = "rcl"
 
     def __post_init__(self) -> None:
@@ -276,6 +280,13 @@ class ConeSep(Method):
     paper = "Li et al., ConeSep: Cone-based Robust Noise-Unlearning Compositional Network for CIR, CVPR 2026"
     Config = ConeSepConfig
     partitions = True
+    ablations = {  # one module off each (Table 3's groups G1-G3 and D#14); docs/conesep.md
+        "no_gfq": {"partition": False},
+        "no_nbl": {"negative_prompt": False, "query_loss": False, "target_loss": False},
+        "no_btu": {"unlearning": False},
+        "no_rcl": {"rcl": False},
+    }
+    ablation_noise = (0.2,)  # Sec. 4.3: "all ablation studies ... under a noise rate of 0.2"
 
     def __init__(self, backbone: Backbone, config: ConeSepConfig, context: TrainingContext) -> None:
         super().__init__(backbone, config, context)
@@ -354,7 +365,7 @@ class ConeSep(Method):
         neg_sim = max_token_similarity(negative, targets)
         boundary = self.estimate_boundary(batch) if cfg.boundary else 0.0
         fidelity = self.fidelity_scores(sim.diagonal().detach(), boundary)
-        clean = partition(fidelity, cfg.omega, cfg.fidelity_variant)
+        clean = partition(fidelity, cfg.omega, cfg.fidelity_variant) if cfg.partition else torch.ones_like(fidelity, dtype=torch.bool)
 
         none = sim.sum() * 0.0  # a disabled term: zero, but attached to the graph
         parts = {
@@ -363,7 +374,7 @@ class ConeSep(Method):
         }
         if epoch < cfg.warmup_epochs:
             T = target_matrix(cfg.target_matrix, len(batch), sim.device)
-            parts["inter"] = target_oriented_loss(neg_sim, clean, T, cfg.tau)
+            parts["inter"] = target_oriented_loss(neg_sim, clean, T, cfg.tau) if cfg.target_loss else none
             loss = parts["robust"] + cfg.zeta * parts["intra"] + cfg.nu * parts["inter"]
         else:
             if cfg.unlearning:

@@ -316,6 +316,8 @@ class HUG(Method):
     )
     Config = HUGConfig
     scores_noise = True
+    ablations = {row: dict(switches) for row, switches in TABLE3_ROWS.items() if row != "full"}
+    ablation_noise = (0.0,)  # the paper's Table 3 is on the original (uninjected) Fashion-IQ
 
     def __init__(self, backbone: Backbone, config: HUGConfig, context: TrainingContext) -> None:
         super().__init__(backbone, config, context)
