@@ -128,7 +128,8 @@ class Method(nn.Module):
 
     @abstractmethod
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
-        """The loss of one batch (and optionally the method's per-sample noise view)."""
+        """The loss of one batch (and optionally the method's per-sample noise view);
+        ``step`` counts every step of the run from 0, across epochs."""
 
     def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
         """Composed query features for retrieval (default: the backbone's composed feature)."""

@@ -72,7 +72,7 @@ def _args(output: Path, data_dir: Path) -> list[str]:
     # summation order then decides the sign of near-zero updates.)
     return ["run", "--methods", METHODS, "--noise", "0.5", "--dataset", "shapes-mini", "--epochs", "1",
             "--batch-size", "150", "--output", str(output), "--cache-dir", str(data_dir),
-            "--set", "tme.warmup_qformer=0", "--set", "tme.warmup_last=0"]
+            "--set", "tme.warmup_qformer=0", "--set", "tme.warmup_proj=0", "--set", "tme.warmup_last=0"]
 
 
 def _tables(output: Path) -> dict[str, pd.DataFrame]:

@@ -128,6 +128,21 @@ def test_warmup_phases_losses_and_partition_schedule(tme_module, data) -> None:
     np.testing.assert_allclose(out.noise_score.numpy(), partition.noise_score[:BATCH], rtol=1e-6)
 
 
+def test_default_warmup_keeps_the_release_proportions_within_the_first_epoch(tme_module, data) -> None:
+    method = make_method(tme_module, data)
+    method.context.steps_per_epoch = steps = 12
+    assert [method.phase(0, s) for s in range(steps)] == ["qformer"] * 6 + ["proj"] * 4 + ["last"] * 2
+    assert [method.phase(e, e * steps) for e in range(1, 4)] == ["train"] * 3
+    assert method.on_epoch_start(0) is None and method.on_epoch_start(1) is not None
+
+
+def test_a_fractional_warmup_never_partitions_the_epoch_it_ends_in(tme_module, data) -> None:
+    method = make_method(tme_module, data, warmup_qformer=1.5, warmup_proj=0, warmup_last=0)
+    method.context.steps_per_epoch = steps = 4
+    assert [method.phase(1, steps + s) for s in range(steps)] == ["qformer"] * 2 + ["last"] * 2
+    assert method.on_epoch_start(1) is None and method.on_epoch_start(2) is not None
+
+
 def test_proj_warmup_trains_only_the_projection_and_prompt(tme_module, data) -> None:
     method = make_method(tme_module, data, warmup_qformer=0, warmup_proj=1, warmup_last=0)
     out = method.training_step(make_batch(method.backbone, data, np.arange(BATCH)), 0, 0)
@@ -140,7 +155,7 @@ def test_proj_warmup_trains_only_the_projection_and_prompt(tme_module, data) -> 
 
 
 def test_losses_are_finite_and_reach_the_composer(tme_module, data) -> None:
-    method = make_method(tme_module, data, warmup_qformer=0, warmup_last=0)
+    method = make_method(tme_module, data, warmup_qformer=0, warmup_proj=0, warmup_last=0)
     method.on_epoch_start(0)
     out = method.training_step(make_batch(method.backbone, data, np.arange(BATCH)), 0, 0)
     assert torch.isfinite(out.loss)
@@ -153,7 +168,7 @@ def test_losses_are_finite_and_reach_the_composer(tme_module, data) -> None:
 
 
 def test_clean_only_terms_ignore_noisy_rows(tme_module, data) -> None:
-    method = make_method(tme_module, data, warmup_qformer=0, warmup_last=0)
+    method = make_method(tme_module, data, warmup_qformer=0, warmup_proj=0, warmup_last=0)
     method.clean_mask = np.arange(N_SAMPLES) % 2 == 0
     method.partitioned = True
     index = np.arange(BATCH)
@@ -180,7 +195,7 @@ def test_clean_only_terms_ignore_noisy_rows(tme_module, data) -> None:
 
 
 def test_partition_off_never_partitions(tme_module, data) -> None:
-    method = make_method(tme_module, data, partition=False, warmup_qformer=0, warmup_last=0)
+    method = make_method(tme_module, data, partition=False, warmup_qformer=0, warmup_proj=0, warmup_last=0)
     batch = make_batch(method.backbone, data, np.arange(BATCH))
     for epoch in range(3):
         assert method.on_epoch_start(epoch) is None
@@ -192,7 +207,7 @@ def test_partition_off_never_partitions(tme_module, data) -> None:
 
 @pytest.mark.parametrize("gmm_input", ["loss", "similarity"])
 def test_gmm_input_switch_selects_what_is_fitted(tme_module, data, gmm_input: str) -> None:
-    method = make_method(tme_module, data, gmm_input=gmm_input, warmup_qformer=0, warmup_last=0)
+    method = make_method(tme_module, data, gmm_input=gmm_input, warmup_qformer=0, warmup_proj=0, warmup_last=0)
     loss, sim = method.per_sample_statistics()
     partition = method.on_epoch_start(0)
     by_loss = gmm_input == "loss"
