@@ -16,7 +16,7 @@ from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
-from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.evaluate import evaluate_with_ranks, metrics_frame
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, TrainingContext
@@ -26,7 +26,8 @@ ProgressFn = Callable[[dict], None]
 
 @dataclass
 class TrainResult:
-    """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``) and timings."""
+    """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``, ``ranks``:
+    those of the final evaluation) and timings."""
 
     tables: dict[str, pd.DataFrame]
     final: dict[str, dict[str, float]]
@@ -147,6 +148,7 @@ def train_cell(
 
     losses, metrics, purity, scores = [], [], [], []
     final: dict[str, dict[str, float]] = {}
+    final_ranks = pd.DataFrame()
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
@@ -181,10 +183,11 @@ def train_cell(
             progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "loss": float(out.loss.detach())})
             step += 1
 
-        results = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
+        evaluation = evaluate_with_ranks(method, dataset, dataset.val, tokens, val_texts, device)
+        results = evaluation.results
         if parallel:
             distributed.check_same_on_all_ranks(score, "per-sample noise scores")
-        final = results
+        final, final_ranks = results, evaluation.ranks
         metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
         has_partition = selected is not None and seen_selected.all()
         has_scores = bool(np.isfinite(score).all())
@@ -202,5 +205,6 @@ def train_cell(
     def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores)}
+    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores),
+              "ranks": final_ranks}
     return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method)

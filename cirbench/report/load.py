@@ -13,7 +13,7 @@ from cirbench.results.store import ResultsStore
 # A setting is one comparable grid: rows of different settings are never compared.
 SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
-DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses")
+DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
 
 
@@ -30,6 +30,8 @@ class Setting:
     ``problems`` lists the cells of this setting's grid that have no completed run.
     ``references`` holds the final metrics rows of the setting's reference rows
     (:mod:`cirbench.engine.reference`), which are drawn as lines and never ranked.
+    ``ranks`` holds each run's final per-query ranks (empty for results written before
+    the ``ranks`` table existed).
     """
 
     dataset: str
@@ -42,6 +44,7 @@ class Setting:
     losses: pd.DataFrame
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
     references: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def slug(self) -> str:

@@ -1,4 +1,4 @@
-"""The results store: five parquet tables, each a directory of one part file per run.
+"""The results store: six parquet tables, each a directory of one part file per run.
 
 ``<root>/<table>/<run_id>.parquet`` for ``table`` in :data:`TABLES`; read a whole table with
 ``pandas.read_parquet("<root>/<table>")``. A run's parts are written atomically, the
@@ -94,6 +94,12 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("step", pa.int64()),
         ("name", pa.string()),
         ("value", pa.float64()),
+    ],
+    "ranks": [  # the final evaluation's rank of every validation query (cirbench.engine.evaluate)
+        ("query", pa.int64()),
+        ("group", pa.string()),
+        ("rank", pa.int64()),
+        ("subset_rank", pa.int64()),
     ],
 }
 
