@@ -326,9 +326,12 @@ def _prepare_file_dataset(grid) -> None:
 
 
 def _summary(grid, outcomes) -> None:
+    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.results.store import MAIN_SCORE
+
     metrics = grid.store.read("metrics")
     purity = grid.store.read("purity")
-    from cirbench.engine.grid import backbone_label, dataset_label
+    purity = purity[purity.score_name == MAIN_SCORE]
 
     table = Table(title=escape(f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / "
                                f"{grid.spec.noise_protocol} -> {grid.spec.output}"))
