@@ -71,3 +71,16 @@ def test_the_report_carries_the_ranks_of_completed_runs_and_old_results_load(min
     (setting,) = load_results(old).settings
     assert setting.ranks.empty and list(setting.ranks.columns) == SCHEMAS["ranks"].names
     assert len(setting.metrics)
+
+
+def test_the_headline_recomputed_by_the_query_bootstrap_equals_the_table(mini_results: Path) -> None:
+    from cirbench.report.bootstrap import QueryBootstrap, rank_terms
+    from cirbench.report.tables import headline_column, run_columns
+
+    (setting,) = load_results(mini_results).settings
+    per_run = run_columns(setting)
+    for column in (headline_column(list(per_run.columns)), "R@10", "R_sub@2"):
+        boot = QueryBootstrap(setting.ranks, rank_terms(column, setting.metrics), n_resamples=20)
+        ids = list(per_run.index)
+        assert boot.point(ids) == pytest.approx(per_run.loc[ids, column].to_numpy() / 100, abs=1e-6)
+        assert boot.resample(ids).shape == (20, len(ids))
