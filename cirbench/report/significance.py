@@ -178,7 +178,7 @@ def paired_comparison(
     result = Comparison(label, threshold, bootstrap_over=bootstrap_over)
     if not seeds:
         missing = [f"{t.method} at {t.rate * 100:g}%" for t, have in zip(terms, available) if not have]
-        result.note = "not run: no " + ", ".join(missing) if missing else "not run: no seed with every cell"
+        result.note = "not run: no result for " + ", ".join(missing) if missing else "not run: no seed with every cell"
         return result
     weights = np.array([t.weight for t in terms])
     ids = [[cell[s] for cell in cells] for s in seeds]  # seeds x terms
