@@ -180,3 +180,15 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
     assert "Verdict rule:" in section
     html = page.read_text(encoding="utf-8")
     assert CLAIMS_TITLE.replace("'", "&#x27;") in html and 'class="verdict not-run"' in html
+
+
+def test_ranks_that_do_not_line_up_make_a_check_inconclusive_not_an_error(tmp_path: Path) -> None:
+    cells = [(m, 0.5, s) for m in ("sprc", "tme") for s in (0, 1)]
+    write_claims_results(tmp_path, cells)
+    part = tmp_path / "ranks" / "tme-0.5-1.parquet"
+    ranks = pd.read_parquet(part)
+    ranks.assign(query=ranks["query"] + N_QUERIES).to_parquet(part)  # other queries, same count
+    (setting,) = load_results(tmp_path).settings
+    (robust,) = [c for c in paper_claims(setting, n_resamples=50) if c.source.startswith("ConeSep Sec. 4.2")]
+    check = robust.checks[0]
+    assert check.label == "tme - sprc at 50%" and check.verdict == INCONCLUSIVE and "cannot compare" in check.numbers

@@ -83,11 +83,8 @@ class QueryBootstrap:
         self._ranks = {run_id: own for run_id, own in ranks[ranks.group.isin(groups)].groupby("run_id")}
 
     def has(self, run_id: str) -> bool:
-        """Whether ``run_id`` has stored ranks for every query of the metric's groups."""
-        own = self._ranks.get(run_id)
-        return own is not None and all(
-            len(q) and (own.group == g).sum() == len(q) for g, q in self.queries.items()
-        )
+        """Whether ``run_id`` has stored ranks (results written before the ``ranks`` table have none)."""
+        return run_id in self._ranks
 
     def _values(self, run_ids: Sequence[str], group: str) -> np.ndarray:
         """(n_group, runs): each query's weighted hits under the terms of ``group``."""
@@ -108,9 +105,13 @@ class QueryBootstrap:
         return sum(self._values(run_ids, g).mean(axis=0) for g in self.queries)
 
     def resample(self, run_ids: Sequence[str]) -> np.ndarray | None:
-        """(n_resamples, runs): each run's metric on every resample; None when a run has no ranks."""
+        """(n_resamples, runs): each run's metric on every resample; None when a run has no
+        ranks. Raises ValueError when a run's ranks miss queries that other runs have."""
         if not run_ids or not all(self.has(r) for r in run_ids):
             return None
+        empty = [g for g, q in self.queries.items() if not len(q)]
+        if empty:
+            raise ValueError(f"no stored ranks for group(s) {', '.join(empty)}")
         return sum(self.counts[g] @ self._values(run_ids, g) / len(self.queries[g]) for g in self.queries)
 
 

@@ -108,7 +108,10 @@ class _Evidence:
         def resample(run_ids: list[str]) -> np.ndarray | None:
             return self.queries.resample(run_ids) if self.queries is not None else None
 
-        result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
+        try:
+            result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
+        except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
+            return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
         return Check(label, result.verdict, result.numbers())
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
