@@ -16,6 +16,8 @@ from cirbench.config import ConfigError, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 console = Console()
+DEFAULT_METHODS = "sprc,oracle"
+DEFAULT_NOISE = "0,0.5,0.8"
 
 
 def _split(text: str, kind: type, option: str) -> list:
@@ -33,8 +35,26 @@ def _fail(message: str) -> None:
 
 @app.command()
 def run(
-    methods: str = typer.Option("sprc,oracle", "--methods", "-m", help="Comma-separated method names."),
-    noise: str = typer.Option("0,0.5,0.8", "--noise", "-n", help="Comma-separated noise rates in [0, 1)."),
+    methods: Optional[str] = typer.Option(
+        None, "--methods", "-m", show_default=False,
+        help="Comma-separated method names or name:label variants (default: sprc,oracle; with --ablate: none).",
+    ),
+    noise: Optional[str] = typer.Option(
+        None, "--noise", "-n", show_default=False,
+        help="Comma-separated noise rates in [0, 1) (default: 0,0.5,0.8; with --ablate: the ablated methods' "
+        "ablation noise rates).",
+    ),
+    ablate: Optional[str] = typer.Option(
+        None, "--ablate", show_default=False,
+        help="Comma-separated methods whose standard ablation grid to run (Method.ablations), beside --methods. "
+        "Each adds its full row and a row <method>:<variant> per variant, with the variant's overrides as "
+        "--set <method>:<variant>.<key>=<value> (a --set of yours for that label wins). E.g. --ablate conesep is "
+        "--methods conesep,conesep:no_gfq,conesep:no_nbl,conesep:no_btu,conesep:no_rcl "
+        "--set conesep:no_gfq.partition=false --set conesep:no_nbl.negative_prompt=false "
+        "--set conesep:no_nbl.query_loss=false --set conesep:no_nbl.target_loss=false "
+        "--set conesep:no_btu.unlearning=false --set conesep:no_rcl.rcl=false --noise 0.2; "
+        "--ablate hug runs HUG's Table 3 ladder (hug:point_matching ... hug:coordination, hug) at --noise 0.",
+    ),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds."),
     dataset: str = typer.Option("shapes", "--dataset", "-d", help="Dataset name (see `cirbench list datasets`)."),
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of a dataset's files (FashionIQ, CIRR)."),
@@ -78,9 +98,11 @@ def run(
     report_dir: Path = typer.Option(Path("reports"), "--report-dir", help="Where --report writes the report."),
 ) -> None:
     """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
+    from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
     from cirbench.engine.distributed import barrier, init_distributed, is_main_process
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.engine.precision import PRECISIONS
+    from cirbench.plugins import discover_methods
 
     if precision not in PRECISIONS or launcher not in ("none", "local", "slurm") or features not in ("cache", "online"):
         _fail(f"--precision must be one of {', '.join(PRECISIONS)}, --features cache or online, --launcher none, local or slurm")
@@ -88,17 +110,26 @@ def run(
         dist_env, device = init_distributed(device)
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
     try:
+        discovery = discover_methods(list(plugin))
+        labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
+        overrides = parse_overrides(list(set_))
+        rates = _split(noise, float, "--noise") if noise is not None else None
+        if ablate:
+            ablation = expand_ablations(_split(ablate, str, "--ablate"), discovery.methods)
+            labels, overrides = merge_rows(labels, overrides, ablation)
+            rates = ablation.noise_rates if rates is None else rates
+            console.print(f"[dim]--ablate: {escape(describe_ablation(ablation))}[/]")
         spec = GridSpec(
-            methods=_split(methods, str, "--methods"), noise_rates=_split(noise, float, "--noise"),
+            methods=labels, noise_rates=rates if rates is not None else _split(DEFAULT_NOISE, float, "--noise"),
             seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
             noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output,
-            cache_dir=cache_dir, data_root=data_root, overrides=parse_overrides(list(set_)),
+            cache_dir=cache_dir, data_root=data_root, overrides=overrides,
             plugin_files=list(plugin), overwrite=overwrite, device=device,
             dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save,
             precision=precision, gradient_checkpointing=gradient_checkpointing, features=features,
             decode_workers=decode_workers,
         )
-        grid = Grid(spec)
+        grid = Grid(spec, discovery)
     except (GridError, ConfigError) as exc:
         _fail(str(exc))
         return
@@ -326,9 +357,12 @@ def _prepare_file_dataset(grid) -> None:
 
 
 def _summary(grid, outcomes) -> None:
+    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.results.store import MAIN_SCORE
+
     metrics = grid.store.read("metrics")
     purity = grid.store.read("purity")
-    from cirbench.engine.grid import backbone_label, dataset_label
+    purity = purity[purity.score_name == MAIN_SCORE]
 
     table = Table(title=escape(f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / "
                                f"{grid.spec.noise_protocol} -> {grid.spec.output}"))

@@ -8,7 +8,8 @@ once per cell with a fresh backbone, hands it :class:`Batch` objects, and calls:
 - :meth:`Method.on_epoch_start` before each epoch (TME's GMM pass over the training set
   goes here; it may return an epoch-level :class:`Partition`);
 - :meth:`Method.training_step` per batch: the loss, named loss components, and optionally
-  per-sample noise scores (higher = more likely noisy) and clean/noisy decisions;
+  per-sample noise scores (higher = more likely noisy; more than one, named, in
+  ``extra_scores``) and clean/noisy decisions;
 - :meth:`Method.encode_queries`, :meth:`Method.encode_targets` and
   :meth:`Method.similarity` for retrieval, so the evaluator stays method-agnostic.
 
@@ -65,12 +66,16 @@ class Batch:
 @dataclass
 class StepOutput:
     """What a training step returns. ``components`` are logged by name; ``noise_score``
-    (B,) and ``selected_clean`` (B,) are the method's per-sample view of the batch."""
+    (B,) and ``selected_clean`` (B,) are the method's per-sample view of the batch.
+    ``extra_scores`` are further per-sample scores (B,), higher = more likely noisy, each
+    recorded under its name like ``noise_score`` (e.g. HUG's ``overall_uncertainty``);
+    the report's tables and figures use ``noise_score`` alone."""
 
     loss: torch.Tensor
     components: dict[str, float] = field(default_factory=dict)
     noise_score: torch.Tensor | None = None
     selected_clean: torch.Tensor | None = None
+    extra_scores: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

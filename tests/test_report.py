@@ -235,7 +235,7 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
     root = small
 
     class DoneGrid:
-        def __init__(self, spec) -> None:
+        def __init__(self, spec, discovery=None) -> None:
             self.spec, self.store, self.cells = spec, ResultsStore(spec.output), []
             self.discovery = type("D", (), {"problems": []})()
 

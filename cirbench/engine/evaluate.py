@@ -1,7 +1,10 @@
 """Validation: encode the queries and each gallery once, score them with the method's
-similarity in chunks of queries, and turn target ranks into recall rows."""
+similarity in chunks of queries, and turn target ranks into recall rows (and, for the
+final evaluation of a cell, keep each query's ranks for the ``ranks`` table)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -17,7 +20,22 @@ def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
     return torch.cat([fn(slice(s, min(s + chunk, n))) for s in range(0, n, chunk)])
 
 
-@torch.no_grad()
+NO_SUBSET_RANK = -1
+"""``subset_rank`` of a query whose protocol has no subset recall."""
+RANK_COLUMNS: list[str] = ["query", "group", "rank", "subset_rank"]
+
+
+@dataclass
+class Evaluation:
+    """One evaluation: ``results`` (``{group: {metric: value}}``) and ``ranks``, one row per
+    query (``query``: its position in the split, ``group``, ``rank``: the 0-based rank of
+    its target in the group's gallery, a hit at K iff ``rank < K``; ``subset_rank``: the
+    same within its subset, :data:`NO_SUBSET_RANK` where there is no subset recall)."""
+
+    results: dict[str, dict[str, float]]
+    ranks: pd.DataFrame
+
+
 def evaluate(
     method: Method,
     dataset: CIRDataset,
@@ -27,7 +45,22 @@ def evaluate(
     device: torch.device,
     chunk: int = 512,
 ) -> dict[str, dict[str, float]]:
-    """``{group: {metric: value}}`` for ``split`` ranked against ``dataset.gallery``.
+    """``{group: {metric: value}}`` for ``split`` ranked against ``dataset.gallery`` (see
+    :func:`evaluate_with_ranks`, which also returns every query's rank)."""
+    return evaluate_with_ranks(method, dataset, split, tokens, texts, device, chunk).results
+
+
+@torch.no_grad()
+def evaluate_with_ranks(
+    method: Method,
+    dataset: CIRDataset,
+    split: TripletSplit,
+    tokens: np.ndarray,
+    texts: TextBatch,
+    device: torch.device,
+    chunk: int = 512,
+) -> Evaluation:
+    """The recall rows and per-query ranks of ``split`` ranked against ``dataset.gallery``.
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images
@@ -39,6 +72,7 @@ def evaluate(
     protocol = dataset.protocol
     groups = np.asarray(split.groups, dtype=object)
     results: dict[str, dict[str, float]] = {}
+    rank_frames: list[pd.DataFrame] = []
 
     def image_batch(index: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(tokens[index], dtype=np.float32)).to(device)
@@ -71,14 +105,19 @@ def evaluate(
                 subset_ranks.append(target_ranks(sub, torch.where(found, position, torch.full_like(position, -1))))
         all_ranks = torch.cat(ranks)
         metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at).items()}
+        sub_ranks = torch.cat(subset_ranks) if subset_ranks else torch.full_like(all_ranks, NO_SUBSET_RANK)
         if subset_ranks:
-            sub_ranks = torch.cat(subset_ranks)
             metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at).items()})
         results[str(group)] = metrics
+        rank_frames.append(pd.DataFrame({
+            "query": rows.astype(np.int64), "group": str(group),
+            "rank": all_ranks.numpy().astype(np.int64), "subset_rank": sub_ranks.numpy().astype(np.int64),
+        }))
     if dataset.summarize is not None:
         results.update(dataset.summarize(results))
     method.train(was_training)
-    return results
+    ranks_table = pd.concat(rank_frames, ignore_index=True) if rank_frames else pd.DataFrame(columns=RANK_COLUMNS)
+    return Evaluation(results, ranks_table)
 
 
 def metrics_frame(results: dict[str, dict[str, float]], epoch: int, split: str, protocol: str) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
 from cirbench.engine.distributed import is_main_process, main_process_first, world_size
-from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.evaluate import evaluate_with_ranks, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
 from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -324,8 +324,9 @@ class Grid:
             dataset, backbone, tokens = self._start(key, row, announce)
             device = torch.device(spec.device)
             method = cell.method_cls(backbone, cell.config, None).to(device)
-            final = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
-            tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe())}
+            evaluation = evaluate_with_ranks(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
+            final = evaluation.results
+            tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe()), "ranks": evaluation.ranks}
             confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
             outcome = CellOutcome(cell, "completed", final)

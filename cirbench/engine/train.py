@@ -16,17 +16,19 @@ from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
-from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.evaluate import evaluate_with_ranks, metrics_frame
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
-from cirbench.method import Batch, Method, MethodConfig, Partition, TrainingContext
+from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
+from cirbench.results.store import MAIN_SCORE
 
 ProgressFn = Callable[[dict], None]
 
 
 @dataclass
 class TrainResult:
-    """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``) and timings."""
+    """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``, ``ranks``:
+    those of the final evaluation) and timings."""
 
     tables: dict[str, pd.DataFrame]
     final: dict[str, dict[str, float]]
@@ -88,6 +90,41 @@ def build_optimizer(method: Method, config: MethodConfig, backbone: Backbone, to
     return optimizer, scheduler
 
 
+def noise_tables(
+    epoch: int,
+    score_name: str,
+    selected: np.ndarray | None,
+    score: np.ndarray | None,
+    sample_ids: list[str],
+    is_noisy: np.ndarray,
+    noise_type: np.ndarray,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``purity`` and ``scores`` rows of one epoch's per-sample view under ``score_name``
+    (``selected`` None: no partition; ``score`` None: no score)."""
+    n = len(sample_ids)
+    rows = purity_rows(selected, score, is_noisy, noise_type)
+    rows.insert(0, "epoch", epoch)
+    rows.insert(1, "score_name", score_name)
+    per_sample = pd.DataFrame({
+        "sample_id": sample_ids, "epoch": epoch, "score_name": score_name,
+        "score": score if score is not None else np.full(n, np.nan),
+        "selected_clean": selected if selected is not None else pd.array([pd.NA] * n, dtype="boolean"),
+        "is_noisy": is_noisy, "noise_type": noise_type,
+    })
+    return rows, per_sample
+
+
+def _record_extra_scores(out: StepOutput, index: np.ndarray, extra: dict[str, np.ndarray], n: int) -> None:
+    """Copy a step's ``extra_scores`` into the epoch's per-name arrays (NaN where unseen)."""
+    for name, values in out.extra_scores.items():
+        if name == MAIN_SCORE:
+            raise ValueError(f"extra_scores may not be named {MAIN_SCORE!r}: that is StepOutput.noise_score")
+        values = values.detach().float().cpu().numpy().reshape(-1)
+        if len(values) != len(index):
+            raise ValueError(f"extra score {name!r} has {len(values)} values for a batch of {len(index)}")
+        extra.setdefault(name, np.full(n, np.nan))[index] = values
+
+
 def train_cell(
     method_cls: type[Method],
     config: MethodConfig,
@@ -147,6 +184,7 @@ def train_cell(
 
     losses, metrics, purity, scores = [], [], [], []
     final: dict[str, dict[str, float]] = {}
+    final_ranks = pd.DataFrame()
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
@@ -154,6 +192,7 @@ def train_cell(
         score = np.full(n, np.nan) if partition is None else np.asarray(partition.noise_score, dtype=float).copy()
         selected = None if partition is None else np.asarray(partition.selected_clean, dtype=bool).copy()
         seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
+        extra: dict[str, np.ndarray] = {}
         for index in epoch_batches(n, batch_size, seed, epoch):
             batch = make_batch(index)
             tick = time.perf_counter()
@@ -176,31 +215,35 @@ def train_cell(
                     selected = np.ones(n, dtype=bool)
                 selected[index] = out.selected_clean.detach().cpu().numpy().astype(bool)
                 seen_selected[index] = True
+            _record_extra_scores(out, index, extra, n)
             losses.append({"epoch": epoch, "step": step, "name": "total", "value": float(out.loss.detach())})
             losses.extend({"epoch": epoch, "step": step, "name": k, "value": float(v)} for k, v in out.components.items())
             progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "loss": float(out.loss.detach())})
             step += 1
 
-        results = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
+        evaluation = evaluate_with_ranks(method, dataset, dataset.val, tokens, val_texts, device)
+        results = evaluation.results
         if parallel:
             distributed.check_same_on_all_ranks(score, "per-sample noise scores")
-        final = results
+            for name in sorted(extra):
+                distributed.check_same_on_all_ranks(extra[name], f"per-sample {name} scores")
+        final, final_ranks = results, evaluation.ranks
         metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
         has_partition = selected is not None and seen_selected.all()
         has_scores = bool(np.isfinite(score).all())
+        views = []  # (score name, partition, score) recorded for this epoch
         if has_partition or has_scores:
-            rows = purity_rows(selected if has_partition else None, score if has_scores else None, is_noisy, noise_type)
-            rows.insert(0, "epoch", epoch)
+            views.append((MAIN_SCORE, selected if has_partition else None, score if has_scores else None))
+        views += [(name, None, values) for name, values in sorted(extra.items()) if np.isfinite(values).all()]
+        for name, kept, values in views:
+            rows, per_sample = noise_tables(epoch, name, kept, values, noisy_train.sample_ids, is_noisy, noise_type)
             purity.append(rows)
-            scores.append(pd.DataFrame({
-                "sample_id": noisy_train.sample_ids, "epoch": epoch, "score": score,
-                "selected_clean": selected if has_partition else pd.array([pd.NA] * n, dtype="boolean"),
-                "is_noisy": is_noisy, "noise_type": noise_type,
-            }))
+            scores.append(per_sample)
         progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "recall": results})
 
     def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores)}
+    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores),
+              "ranks": final_ranks}
     return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method)

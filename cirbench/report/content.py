@@ -1,5 +1,6 @@
 """What a report holds, independent of its format: per setting the at-a-glance lines, the
-tables and the written figures; the failed or missing cells; the provenance."""
+papers' claims checked, the tables and the written figures; the failed or missing cells;
+the provenance."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 import cirbench
+from cirbench.report.claims import Claim, claims_metric, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
@@ -26,6 +28,8 @@ class Section:
     glance: list[str] = field(default_factory=list)
     tables: list[TableModel] = field(default_factory=list)
     figures: list[FigureFile] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    claims_metric: str | None = None
 
 
 @dataclass
@@ -64,7 +68,7 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
         tables = [t for t in (recall_table(setting), reference_table(setting), gain_table(setting), purity_table(setting),
                               reproduction_table(setting, published)) if t is not None]
         figures = all_figures(setting, output / setting.slug)
-        sections.append(Section(setting, at_a_glance(setting), tables, figures))
+        sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting)))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro
 from cirbench.report.content import ReportContent
 from cirbench.report.tables import to_html
 
@@ -31,6 +32,13 @@ table.problems td { border-top: 1px solid #ddd; vertical-align: top; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #444; font-size: 0.9em; max-width: 60em; }
 ul.glance li { margin: 0.2em 0; }
+table.claims { border-collapse: collapse; margin: 0.6em 0 0.3em; font-size: 0.9em; }
+table.claims th { border-bottom: 2px solid #333; text-align: left; padding: 0.25em 0.7em; }
+table.claims td { border-top: 1px solid #ddd; vertical-align: top; padding: 0.25em 0.7em; }
+table.claims td.numbers { font-variant-numeric: tabular-nums; font-size: 0.9em; }
+td.verdict { font-weight: 600; white-space: nowrap; }
+td.holds { color: #1a7f37; } td.does-not-hold { color: #b42318; } td.inconclusive { color: #9a6700; }
+td.not-run { color: #777; }
 """
 
 
@@ -52,6 +60,18 @@ def problems_html(problems: pd.DataFrame) -> str:
     return f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
+def claims_html(claims: list[Claim]) -> str:
+    """The claims as an HTML table, each verdict coloured by its kind."""
+    head = "".join(f"<th>{h}</th>" for h in ("Claim", "Source", "Numbers", "Verdict"))
+    rows = []
+    for claim in claims:
+        numbers = "<br>".join(html.escape(check_line(c)) for c in claim.checks)
+        kind = claim.verdict.replace(" ", "-")
+        rows.append(f"<tr><td>{html.escape(claim.text)}</td><td>{html.escape(claim.source)}</td>"
+                    f'<td class="numbers">{numbers}</td><td class="verdict {kind}">{html.escape(claim.verdict)}</td></tr>')
+    return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
 def render_html(content: ReportContent) -> str:
     """The whole report as one HTML document with every figure embedded."""
     out = [
@@ -64,6 +84,9 @@ def render_html(content: ReportContent) -> str:
         if section.glance:
             items = "".join(f"<li>{html.escape(g)}</li>" for g in section.glance)
             out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
+        if section.claims:
+            out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(claims_intro(section.claims_metric))}</p>',
+                    claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
         for table in section.tables:
             out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]
         for figure in section.figures:

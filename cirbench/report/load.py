@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.results.store import ResultsStore
+from cirbench.results.store import MAIN_SCORE, ResultsStore
 
 # A setting is one comparable grid: rows of different settings are never compared.
 SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
-DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses")
+DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
 
 
@@ -30,6 +30,12 @@ class Setting:
     ``problems`` lists the cells of this setting's grid that have no completed run.
     ``references`` holds the final metrics rows of the setting's reference rows
     (:mod:`cirbench.engine.reference`), which are drawn as lines and never ranked.
+    ``ranks`` holds each run's final per-query ranks (empty for results written before
+    the ``ranks`` table existed).
+
+    ``purity`` and ``scores`` are those of each method's main noise score (``score_name``
+    ``noise_score``); ``extra_purity`` and ``extra_scores`` hold the rows of the further
+    named scores a method gives (``StepOutput.extra_scores``), which only the claims use.
     """
 
     dataset: str
@@ -42,6 +48,9 @@ class Setting:
     losses: pd.DataFrame
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
     references: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    extra_purity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    extra_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def slug(self) -> str:
@@ -59,6 +68,11 @@ class Setting:
     def oracles(self) -> set[str]:
         """Labels of methods that saw the ground-truth flags (perfect filters, not competitors)."""
         return set(self.runs.loc[self.runs.is_oracle.eq(True), "method"])
+
+    def named_scores(self, name: str) -> pd.DataFrame:
+        """The final-epoch ``scores`` rows of the per-sample score ``name`` (main or extra)."""
+        frame = self.scores if name == MAIN_SCORE else self.extra_scores
+        return frame[frame.score_name == name] if len(frame) else frame
 
     def label(self, method: str) -> str:
         """A method's display name; oracles are marked as the perfect filters they are."""
@@ -149,7 +163,11 @@ def load_results(root: Path | str) -> ReportData:
         scores = parts["scores"]
         if len(scores):
             last = scores.groupby("run_id")["epoch"].transform("max")
-            parts["scores"] = scores[scores.epoch == last].reset_index(drop=True)
+            scores = scores[scores.epoch == last]
+        for name in ("purity", "scores"):
+            frame = scores if name == "scores" else parts[name]
+            main = frame.score_name == MAIN_SCORE
+            parts[name], parts[f"extra_{name}"] = frame[main].reset_index(drop=True), frame[~main].reset_index(drop=True)
         mask = (problems[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
         own = (references[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
         reference_ids = set(references.loc[own, "run_id"])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro
 from cirbench.report.content import ReportContent
 from cirbench.report.tables import to_markdown
 
@@ -23,6 +24,18 @@ def problems_markdown(problems: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def claims_markdown(claims: list[Claim]) -> str:
+    """The claims as a Markdown table: claim, source, the checks' numbers, the verdict."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| Claim | Source | Numbers | Verdict |", "|:--|:--|:--|:--|"]
+    for claim in claims:
+        numbers = "<br>".join(cell(check_line(c)) for c in claim.checks)
+        lines.append(f"| {cell(claim.text)} | {cell(claim.source)} | {numbers} | **{claim.verdict}** |")
+    return "\n".join(lines)
+
+
 def render_markdown(content: ReportContent, output: Path) -> str:
     """The whole report as Markdown; image links are relative to ``output``."""
     parts = [f"# {content.title}", "", content.subtitle, ""]
@@ -30,6 +43,9 @@ def render_markdown(content: ReportContent, output: Path) -> str:
         parts += [f"## {section.setting.describe()}", ""]
         if section.glance:
             parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
+        if section.claims:
+            parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric), "",
+                      claims_markdown(section.claims), "", VERDICT_RULE, ""]
         for table in section.tables:
             parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
         for figure in section.figures:

@@ -1,4 +1,4 @@
-"""The results store: five parquet tables, each a directory of one part file per run.
+"""The results store: six parquet tables, each a directory of one part file per run.
 
 ``<root>/<table>/<run_id>.parquet`` for ``table`` in :data:`TABLES`; read a whole table with
 ``pandas.read_parquet("<root>/<table>")``. A run's parts are written atomically, the
@@ -71,6 +71,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
     ],
     "purity": [
         ("epoch", pa.int64()),
+        ("score_name", pa.string()),
         ("noise_type", pa.string()),
         ("n_samples", pa.int64()),
         ("n_selected", pa.int64()),
@@ -84,6 +85,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
     "scores": [
         ("sample_id", pa.string()),
         ("epoch", pa.int64()),
+        ("score_name", pa.string()),
         ("score", pa.float64()),
         ("selected_clean", pa.bool_()),
         ("is_noisy", pa.bool_()),
@@ -95,7 +97,19 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("name", pa.string()),
         ("value", pa.float64()),
     ],
+    "ranks": [  # the final evaluation's rank of every validation query (cirbench.engine.evaluate)
+        ("query", pa.int64()),
+        ("group", pa.string()),
+        ("rank", pa.int64()),
+        ("subset_rank", pa.int64()),
+    ],
 }
+
+MAIN_SCORE = "noise_score"
+"""The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
+others are its ``extra_scores``. Parts written before the column existed read as this."""
+_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE}
+"""Values of columns a writer may leave out."""
 
 SCHEMAS: dict[str, pa.Schema] = {name: pa.schema(KEY_FIELDS + fields) for name, fields in _TABLE_FIELDS.items()}
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
@@ -120,6 +134,9 @@ def _with_keys(frame: pd.DataFrame, key: CellKey, table: str) -> pa.Table:
     for column, value in asdict(key).items():
         frame[column] = value
     schema = SCHEMAS[table]
+    for column, value in _DEFAULTS.items():
+        if column in schema.names and column not in frame.columns:
+            frame[column] = value
     missing = [f.name for f in schema if f.name not in frame.columns]
     if missing:
         raise ValueError(f"table {table!r} is missing columns {missing}")
@@ -174,4 +191,8 @@ class ResultsStore:
         directory = self.root / table
         if not directory.is_dir() or not any(directory.glob("*.parquet")):
             return SCHEMAS[table].empty_table().to_pandas()
-        return pd.read_parquet(directory, schema=SCHEMAS[table])
+        frame = pd.read_parquet(directory, schema=SCHEMAS[table])  # a column a part lacks reads as null
+        for column, value in _DEFAULTS.items():
+            if column in frame.columns:
+                frame[column] = frame[column].fillna(value)
+        return frame

@@ -1,0 +1,276 @@
+"""The report's "Do the papers' claims hold here?": each claim of the ConeSep and HUG papers
+checked on a setting's results with the paired comparisons of
+:mod:`cirbench.report.significance`.
+
+A claim is one or more checks; each check is a comparison (or, for the kept set against
+chance, a hypergeometric test per seed) with its own verdict, and the claim's verdict
+combines them (:func:`~cirbench.report.significance.combine_verdicts`). A check whose cells
+(method, variant, noise rate or seeds) are not in the results is "not run", never an error.
+Recall is the setting's headline column, as the report's tables pick it
+(:func:`~cirbench.report.tables.headline_column`), as a fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
+from cirbench.report.load import Setting, final_epoch
+from cirbench.report.significance import (
+    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, Term, cell_runs, combine_verdicts, difference, kept_set_test,
+    paired_comparison,
+)
+from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
+from cirbench.results.store import MAIN_SCORE
+
+ROBUST = ("tme", "conesep")
+CONESEP_MODULES: dict[str, str] = {"no_gfq": "GFQ", "no_nbl": "NBL", "no_btu": "BTU", "no_rcl": "RCL"}
+"""ConeSep's standard ablation variants (``ConeSep.ablations``) and the module each removes."""
+HUG_LADDER: tuple[str, ...] = (
+    "hug:point_matching", "hug:probabilistic", "hug:component", "hug:instance", "hug:modality",
+    "hug:cross_modal", "hug:coordination", "hug",
+)
+"""HUG's Table 3 rows in order (``TABLE3_ROWS`` in ``methods/hug.py``; the last is the full model)."""
+OVERALL_UNCERTAINTY = "overall_uncertainty"
+CAPTION = "caption"
+
+VERDICT_RULE = (
+    "Verdict rule: a difference holds when both its 95% t interval over seeds (paired by seed) and its 95% paired "
+    "bootstrap interval (validation queries, or training samples for purity and AUROC) lie above the threshold "
+    "(0; -0.01 for 'loses no more than a point'), does not hold when both lie below it, and is inconclusive "
+    "otherwise or with fewer than two seeds; a kept set is cleaner than chance on a seed when the hypergeometric "
+    "p < 0.01. A claim holds if all its checks hold, does not hold if any does not, and is not run if none could run."
+)
+
+
+@dataclass
+class Check:
+    """One comparison behind a claim: what was compared, its numbers and its verdict."""
+
+    label: str
+    verdict: str
+    numbers: str
+
+
+@dataclass
+class Claim:
+    """One claim of a paper, its source, the checks behind it and the combined verdict."""
+
+    text: str
+    source: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """The checks' verdicts combined (all hold: holds; any does not hold: does not hold)."""
+        return combine_verdicts(c.verdict for c in self.checks)
+
+
+class _Evidence:
+    """What the checks of one setting share: its runs, recall per run, and the resamples."""
+
+    def __init__(self, setting: Setting, n_resamples: int, seed: int) -> None:
+        self.setting, self.n_resamples, self.seed = setting, n_resamples, seed
+        self.runs = setting.runs
+        per_run = run_columns(setting)
+        self.column = headline_column(list(per_run.columns))
+        self.recall = per_run[self.column] / 100.0 if self.column else pd.Series(dtype=float)
+
+    @cached_property
+    def queries(self) -> QueryBootstrap | None:
+        """The shared query resamples, or None without stored ranks."""
+        if self.setting.ranks.empty or self.column is None:
+            return None
+        return QueryBootstrap(self.setting.ranks, rank_terms(self.column, self.setting.metrics), self.n_resamples, self.seed)
+
+    @cached_property
+    def samples(self) -> SampleBootstrap | None:
+        """The shared training-sample resamples, or None without a scores table."""
+        ids = pd.concat([self.setting.scores.sample_id, self.setting.extra_scores.get("sample_id", pd.Series(dtype=object))])
+        return SampleBootstrap(ids.unique(), self.n_resamples, self.seed) if len(ids) else None
+
+    def rates(self, *methods: str) -> list[float]:
+        """The noise rates at which every one of ``methods`` has a completed run."""
+        sets = [set(self.runs.loc[self.runs.method == m, "noise_rate"].astype(float)) for m in methods]
+        return sorted(set.intersection(*sets)) if sets else []
+
+    def recall_check(self, label: str, terms: Sequence[Term], threshold: float = 0.0) -> Check:
+        """A paired comparison of the headline recall, bootstrapped over validation queries."""
+        if self.column is None:
+            return Check(label, NOT_RUN, "not run: no recall in the results")
+
+        def resample(run_ids: list[str]) -> np.ndarray | None:
+            return self.queries.resample(run_ids) if self.queries is not None else None
+
+        try:
+            result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
+        except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
+            return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
+        return Check(label, result.verdict, result.numbers())
+
+    def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
+                     noise_type: str | None = None, offset: float = 0.0) -> Check:
+        """A paired comparison of purity or AUROC, bootstrapped over training samples."""
+        scores = self.setting.named_scores(score_name)
+        ids = [r for term in terms for r in cell_runs(self.runs, term).values()]
+        if self.samples is None or scores.empty:
+            return Check(label, NOT_RUN, f"not run: no per-sample {score_name} in the results")
+        try:
+            point = pd.Series({r: self._sample_point(scores, r, metric, noise_type) for r in ids}, dtype=float)
+            result = paired_comparison(
+                label, terms, self.runs, point.dropna(),
+                lambda run_ids: self.samples.values(scores, run_ids, metric, noise_type),
+                offset=offset, bootstrap_over="training samples",
+            )
+        except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
+            return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
+        return Check(label, result.verdict, result.numbers())
+
+    def _sample_point(self, scores: pd.DataFrame, run_id: str, metric: str, noise_type: str | None) -> float:
+        values = self.samples.values(scores, [run_id], metric, noise_type, resampled=False)
+        return math.nan if values is None else float(values[0, 0])
+
+
+def _robust_beat_sprc(ev: _Evidence) -> Claim:
+    claim = Claim(f"Robust methods (tme, conesep) beat {BASELINE} at 50% and 80% noise, and the gap widens with the rate",
+                  "ConeSep Sec. 4.2, Tables 1-2")
+    for method in ROBUST:
+        for rate in (0.5, 0.8):
+            claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at {rate_label(rate)}", difference(method, BASELINE, rate)))
+        widening = [Term(method, 0.8), Term(BASELINE, 0.8, -1.0), Term(method, 0.5, -1.0), Term(BASELINE, 0.5)]
+        claim.checks.append(ev.recall_check(f"{method}: gap at 80% - gap at 50%", widening))
+    return claim
+
+
+def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
+    claim = Claim(text, source)
+    rates = ev.rates(winner, loser)
+    for rate in rates:
+        claim.checks.append(ev.recall_check(f"{winner} - {loser} at {rate_label(rate)}", difference(winner, loser, rate)))
+    if not rates:
+        claim.checks.append(Check(f"{winner} - {loser}", NOT_RUN, f"not run: no noise rate with both {winner} and {loser}"))
+    return claim
+
+
+def _cleaner_kept_set(ev: _Evidence) -> Claim:
+    claim = Claim("conesep's kept set is cleaner than tme's at 80% noise, notably against caption swaps (hard noise)",
+                  "ConeSep App. C.3, Fig. 6")
+    terms = difference("conesep", "tme", 0.8)
+    claim.checks.append(ev.sample_check("purity: conesep - tme at 80%", terms, "purity"))
+    claim.checks.append(ev.sample_check("purity against caption swaps: conesep - tme at 80%", terms, "purity", noise_type=CAPTION))
+    return claim
+
+
+def _no_loss_without_noise(ev: _Evidence) -> Claim:
+    claim = Claim(f"At 0% noise no robust method loses more than a point to {BASELINE}", "ConeSep Table 1 (0% rows)")
+    for method in (*ROBUST, "hug"):
+        claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
+                                            threshold=NON_INFERIORITY))
+    return claim
+
+
+def _conesep_modules(ev: _Evidence) -> Claim:
+    claim = Claim("Each ConeSep module helps: the full method beats every variant without one", "ConeSep Table 3, Sec. 4.3")
+    for variant, module in CONESEP_MODULES.items():
+        label = f"conesep:{variant}"
+        rates = ev.rates("conesep", label)
+        for rate in rates:
+            claim.checks.append(ev.recall_check(f"{module}: conesep - {label} at {rate_label(rate)}",
+                                                difference("conesep", label, rate)))
+        if not rates:
+            claim.checks.append(Check(f"{module}: conesep - {label}", NOT_RUN, f"not run: no {label} beside conesep"))
+    return claim
+
+
+def _uncertainty_marks_noise(ev: _Evidence) -> Claim:
+    claim = Claim("HUG's uncertainty marks bad triplets: AUROC against the true noise flags above 0.5",
+                  "HUG, uncertainty analysis (Fig. 4)")
+    rates = [r for r in ev.rates("hug") if r > 0]
+    for rate in rates:
+        for name, what in ((MAIN_SCORE, "coordination uncertainty"), (OVERALL_UNCERTAINTY, "overall uncertainty")):
+            claim.checks.append(ev.sample_check(f"{what} AUROC - 0.5 at {rate_label(rate)}", [Term("hug", rate)], "auroc",
+                                                score_name=name, offset=-0.5))
+    if not rates:
+        claim.checks.append(Check("hug AUROC", NOT_RUN, "not run: no hug cell with noise"))
+    return claim
+
+
+def _hug_ladder(ev: _Evidence) -> Claim:
+    claim = Claim("HUG's Table 3 ladder: each added part does not lower recall (by more than a point)", "HUG Table 3")
+    for before, after in zip(HUG_LADDER, HUG_LADDER[1:]):
+        rates = ev.rates(before, after)
+        for rate in rates:
+            claim.checks.append(ev.recall_check(f"{after} - {before} at {rate_label(rate)} > -0.01",
+                                                difference(after, before, rate), threshold=NON_INFERIORITY))
+        if not rates:
+            claim.checks.append(Check(f"{after} - {before}", NOT_RUN, f"not run: no rate with both {before} and {after}"))
+    return claim
+
+
+def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
+    """Is ``method``'s final kept set at ``rate`` cleaner than a random subset of the same
+    size on every seed (hypergeometric p < 0.01 each)? Fewer than two seeds: inconclusive."""
+    label = f"{method} at {rate_label(rate)}"
+    last = final_epoch(setting.purity)
+    rows = last[(last.method == method) & np.isclose(last.noise_rate.astype(float), rate) & (last.noise_type == "all")]
+    rows = rows.merge(setting.runs[["run_id", "n_noisy"]], on="run_id").dropna(subset=["n_selected", "n_selected_clean"])
+    if rows.empty:
+        return Check(label, NOT_RUN, f"not run: no kept set of {method} at {rate_label(rate)}")
+    verdicts, parts = [], []
+    for row in rows.sort_values("seed").itertuples(index=False):
+        test = kept_set_test(int(row.n_samples), int(row.n_samples - row.n_noisy), int(row.n_selected), int(row.n_selected_clean))
+        verdicts.append(test.verdict())
+        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance (p={test.p_cleaner:.1g})")
+    if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
+        return Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"]))
+    return Check(label, combine_verdicts(verdicts), "; ".join(parts))
+
+
+def _kept_sets_beat_chance(ev: _Evidence) -> Claim:
+    claim = Claim("The kept sets of tme and conesep are cleaner than a random subset of the same size at 50% and 80% "
+                  "noise, on every seed", "ConeSep Fig. 6, App. C.3")
+    claim.checks += [kept_set_check(ev.setting, method, rate) for method in ROBUST for rate in (0.5, 0.8)]
+    return claim
+
+
+def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Claim]:
+    """Every claim checked on ``setting`` (bootstraps with ``n_resamples`` resamples, seeded)."""
+    ev = _Evidence(setting, n_resamples, seed)
+    return [
+        _robust_beat_sprc(ev),
+        _every_rate(ev, "conesep", "tme", "conesep beats tme at every noise rate run", "ConeSep Tables 1-2"),
+        _cleaner_kept_set(ev),
+        _no_loss_without_noise(ev),
+        _conesep_modules(ev),
+        _every_rate(ev, "hug", BASELINE, f"hug beats point matching ({BASELINE}) at every noise rate run", "HUG Tables 1-2"),
+        _uncertainty_marks_noise(ev),
+        _hug_ladder(ev),
+        _kept_sets_beat_chance(ev),
+    ]
+
+
+def claims_metric(setting: Setting) -> str | None:
+    """The recall column the claims compare (the tables' headline column)."""
+    return headline_column(list(run_columns(setting).columns))
+
+
+CLAIMS_TITLE = "Do the papers' claims hold here?"
+
+
+def claims_intro(metric: str | None) -> str:
+    """The line above the claims table: what is compared and how the numbers read."""
+    recall = f"recall is {metric} (the tables' headline column)" if metric else "no recall in these results"
+    return (f"Each claim checked on these results; {recall}, purity and AUROC as fractions. Numbers: the mean "
+            "difference over seeds; its 95% t interval over seeds; its 95% paired bootstrap interval.")
+
+
+def check_line(check: Check) -> str:
+    """One check as text: ``label: numbers (verdict)``."""
+    return f"{check.label}: {check.numbers} ({check.verdict})"
+
