@@ -68,7 +68,8 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
 Noise score. The matched pass's mean ``v_m`` (multimodal coordination uncertainty) of each
 training sample, as the training step computes it (heads in training mode); with
 ``cross_modal`` off, the mean combined query variance; with ``probabilistic`` off (point
-matching) there is none.
+matching) there is none. A second score, ``overall_uncertainty``, is the mean combined
+query variance (the paper's overall uncertainty, Fig. 4 left), recorded beside it.
 
 Retrieval. ``encode_queries``/``encode_targets`` return packed Gaussians
 ``[flattened means | squared mean norm + summed variance]`` (N, K * E + 1), and
@@ -309,7 +310,7 @@ class HUG(Method):
     """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
 
     name = "hug"
-    version = "1"
+    version = "2"
     paper = (
         "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
         "Probabilistic Learning, AAAI 2026"
@@ -370,9 +371,11 @@ class HUG(Method):
         out["q"] = (modality_weights(stacked, config.dynamic_weighting) * stacked).sum(0)
         return out
 
-    def losses(self, batch: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    def losses(self, batch: Batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The unweighted loss terms of a batch (``hc``, and ``fc``, ``cord`` where enabled)
-        and the per-sample noise score (None for point matching)."""
+        and the per-sample scores by name: ``noise_score`` (see the module docstring) and
+        ``overall_uncertainty``, the mean variance of the query's combined components (the
+        paper's ``||sigma||^2`` averaged over components, Fig. 4); none for point matching."""
         config = self.config
         train_means = not config.freeze_means
         fused = self._compose(batch.reference, batch.text, grad=train_means)
@@ -381,7 +384,7 @@ class HUG(Method):
             mu_q, mu_c = self.means(fused), self.means(target)
         if not config.probabilistic:
             zeros = torch.zeros_like(mu_q)
-            return {"hc": holistic_contrast(expected_distance(mu_q, zeros, mu_c, zeros), self.a, self.b)}, None
+            return {"hc": holistic_contrast(expected_distance(mu_q, zeros, mu_c, zeros), self.a, self.b)}, {}
         mismatched, rows = None, None
         if config.cross_modal and config.coordination_loss:
             rows, texts = mismatched_pairs(len(batch), config.cord_pairs, batch.index.device)
@@ -401,16 +404,20 @@ class HUG(Method):
             )
         if mismatched is not None:
             parts["cord"] = coordination_loss(v["m"][rows].sum((1, 2)), v["m_mis"].sum((1, 2)), config.cord_margin)
-        noise_score = (v["m"] if config.cross_modal else v["q"]).detach().mean((1, 2))
-        return parts, noise_score
+        scores = {
+            "noise_score": (v["m"] if config.cross_modal else v["q"]).detach().mean((1, 2)),
+            "overall_uncertainty": v["q"].detach().mean((1, 2)),
+        }
+        return parts, scores
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
-        parts, noise_score = self.losses(batch)
+        parts, scores = self.losses(batch)
         config = self.config
         loss = parts["hc"] + config.fc_weight * parts.get("fc", 0.0) + config.cord_weight * parts.get("cord", 0.0)
         components = {k: float(t.detach()) for k, t in parts.items()}
         components.update(a=float(self.a.detach()), b=float(self.b.detach()))
-        return StepOutput(loss, components, noise_score=noise_score)
+        noise_score = scores.pop("noise_score", None)
+        return StepOutput(loss, components, noise_score=noise_score, extra_scores=scores)
 
     def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
         """Packed query Gaussians (N, K * E + 1); the query's own variance only with

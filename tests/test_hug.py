@@ -150,8 +150,11 @@ def test_coordination_loss_on_a_subset_of_pairs() -> None:
 
 def test_each_loss_is_finite_and_reaches_its_parameters() -> None:
     method = make_method().train()
-    parts, score = method.losses(make_batch(method))
+    parts, scores = method.losses(make_batch(method))
     assert set(parts) == {"hc", "fc", "cord"}
+    out = method.training_step(make_batch(method), 0, 0)
+    assert set(out.extra_scores) == {"overall_uncertainty"} and out.noise_score is not None
+    assert not torch.equal(out.noise_score, out.extra_scores["overall_uncertainty"])
     assert all(torch.isfinite(t) for t in parts.values())
     hc = grads_of(method, parts["hc"])
     assert all(hc.values()), hc  # means (composer, projection), all heads, a and b
@@ -161,7 +164,7 @@ def test_each_loss_is_finite_and_reaches_its_parameters() -> None:
     cord = grads_of(method, parts["cord"])
     assert cord == {"composer": False, "vision_proj": False, "visual_head": False, "text_head": False,
                     "multimodal_head": True, "ab": False}
-    assert score is not None and score.shape == (len(TEXTS),) and (score > 0).all()
+    assert all(score.shape == (len(TEXTS),) and (score > 0).all() for score in scores.values())
 
 
 def brute_fine_grained(
@@ -224,8 +227,8 @@ def test_holistic_contrast_counts_negatives_in_both_directions() -> None:
 def test_point_matching_has_no_variance_and_no_noise_score() -> None:
     method = make_method(probabilistic=False).train()
     batch = make_batch(method)
-    parts, score = method.losses(batch)
-    assert set(parts) == {"hc"} and score is None
+    parts, scores = method.losses(batch)
+    assert set(parts) == {"hc"} and scores == {}
     grads = grads_of(method, parts["hc"])
     assert grads["composer"] and not grads["visual_head"] and not grads["multimodal_head"]
     with torch.no_grad():
@@ -253,15 +256,16 @@ def test_freeze_means_trains_only_heads_and_ab() -> None:
 def test_cross_modal_and_coordination_switches() -> None:
     method = make_method(cross_modal=False).train()
     batch = make_batch(method)
-    parts, score = method.losses(batch)
+    parts, scores = method.losses(batch)
     assert "cord" not in parts
     grads = grads_of(method, parts["hc"] + parts["fc"])
     assert not grads["multimodal_head"] and grads["visual_head"] and grads["text_head"]
-    assert score is not None and torch.isfinite(score).all()
+    assert torch.isfinite(scores["noise_score"]).all()
+    assert torch.equal(scores["noise_score"], scores["overall_uncertainty"])  # without the coordination head they coincide
 
     method = make_method(coordination_loss=False).train()
-    parts, score = method.losses(make_batch(method))
-    assert "cord" not in parts and score is not None
+    parts, scores = method.losses(make_batch(method))
+    assert "cord" not in parts and set(scores) == {"noise_score", "overall_uncertainty"}
     assert grads_of(method, parts["hc"])["multimodal_head"]
 
 
@@ -316,4 +320,5 @@ def test_shapes_mini_run_reports_purity_rows_with_auroc(tmp_path: Path, cache_di
     assert purity["n_selected"].isna().all()
     assert np.isfinite(purity["auroc"]).all() and purity["auroc"].between(0, 1).all()
     scores = pd.read_parquet(tmp_path / "results" / "scores")
-    assert len(scores) == 600 and np.isfinite(scores["score"]).all()
+    assert len(scores) == 2 * 600 and np.isfinite(scores["score"]).all()
+    assert set(scores["score_name"]) == set(purity["score_name"]) == {"noise_score", "overall_uncertainty"}
