@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=GridSpec.epochs)
     parser.add_argument("--batch-size", type=int, default=GridSpec.batch_size)
     parser.add_argument("--fresh", action="store_true", help="use a new cache directory (time first-time setup)")
+    parser.add_argument("--cache-dir", type=Path, default=Path("datasets"), help="the cache directory when not --fresh")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds of query encoding and retrieval")
     args = parser.parse_args()
 
@@ -55,7 +56,7 @@ def main() -> None:
     spec = GridSpec(
         methods=methods, noise_rates=[float(x) for x in args.noise.split(",")], dataset=args.dataset,
         epochs=args.epochs, batch_size=args.batch_size, output=work / "results",
-        cache_dir=work / "datasets" if args.fresh else Path("datasets"),
+        cache_dir=work / "datasets" if args.fresh else args.cache_dir,
     )
     start = time.perf_counter()
     grid = Grid(spec)

@@ -148,14 +148,16 @@ def _robust_beat_sprc(ev: _Evidence) -> Claim:
     return claim
 
 
-def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
-    claim = Claim(text, source)
+def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "") -> list[Check]:
+    """``winner`` beats ``loser`` at every noise rate where both were run (one check each)."""
     rates = ev.rates(winner, loser)
-    for rate in rates:
-        claim.checks.append(ev.recall_check(f"{winner} - {loser} at {rate_label(rate)}", difference(winner, loser, rate)))
     if not rates:
-        claim.checks.append(Check(f"{winner} - {loser}", NOT_RUN, f"not run: no noise rate with both {winner} and {loser}"))
-    return claim
+        return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no noise rate with both {winner} and {loser}")]
+    return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}", difference(winner, loser, rate)) for rate in rates]
+
+
+def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
+    return Claim(text, source, _rate_checks(ev, winner, loser))
 
 
 def _cleaner_kept_set(ev: _Evidence) -> Claim:
@@ -178,13 +180,7 @@ def _no_loss_without_noise(ev: _Evidence) -> Claim:
 def _conesep_modules(ev: _Evidence) -> Claim:
     claim = Claim("Each ConeSep module helps: the full method beats every variant without one", "ConeSep Table 3, Sec. 4.3")
     for variant, module in CONESEP_MODULES.items():
-        label = f"conesep:{variant}"
-        rates = ev.rates("conesep", label)
-        for rate in rates:
-            claim.checks.append(ev.recall_check(f"{module}: conesep - {label} at {rate_label(rate)}",
-                                                difference("conesep", label, rate)))
-        if not rates:
-            claim.checks.append(Check(f"{module}: conesep - {label}", NOT_RUN, f"not run: no {label} beside conesep"))
+        claim.checks += _rate_checks(ev, "conesep", f"conesep:{variant}", prefix=f"{module}: ")
     return claim
 
 
