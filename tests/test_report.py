@@ -179,6 +179,18 @@ def test_never_run_cell_is_listed(tmp_path: Path) -> None:
     assert problems[["method", "noise_rate", "status"]].values.tolist() == [["robust", 0.5, "missing"]]
 
 
+def test_a_variant_or_oracle_is_expected_only_at_its_own_rates(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    cells = [("sprc", 0.2, 0), ("sprc", 0.5, 0), ("sprc", 0.2, 1), ("sprc", 0.5, 1),
+             ("robust:ablated", 0.2, 0), ("oracle", 0.5, 0), ("oracle", 0.5, 1)]
+    for method, rate, seed in cells:
+        tables, n_noisy = _tables(method.split(":")[0], rate, seed)
+        row = _run_row(method, "completed") | {"n_noisy": n_noisy, "is_oracle": method == "oracle"}
+        store.write_run(CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed), row, tables)
+    problems = load_results(tmp_path).problems
+    assert problems[["method", "noise_rate", "seed"]].values.tolist() == [["robust:ablated", 0.2, 1]]
+
+
 def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path / "results")
     for rate in (0.2, 0.5):

@@ -112,7 +112,10 @@ def _last_line(error: object) -> str:
 
 def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     """Cells without a completed run: failed or interrupted ones with their error, and the
-    combinations of method x rate x seed of a setting that were never run at all."""
+    combinations of method x rate x seed of a setting that were never run at all. A method
+    is expected at every noise rate of its setting; an ablation variant (``name:variant``)
+    or a perfect filter only at the rates it was run at (an ablation grid runs at the
+    paper's ablation rate, ``calibrate`` runs ``oracle`` at 50% and 80%), at every seed."""
     columns = CELL_COLUMNS + ["status", "error", "run_id"]
     rows = []
     done = set(map(tuple, kept[CELL_COLUMNS].itertuples(index=False)))
@@ -125,8 +128,15 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
         seen.add(cell)
         rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": row.status, "error": _last_line(row.error), "run_id": row.run_id})
     for setting, group in runs.groupby(SETTING_COLUMNS):
-        axes = [sorted(group.method.unique()), sorted(group.noise_rate.unique()), sorted(group.seed.unique())]
-        for method, rate, seed in pd.MultiIndex.from_product(axes):
+        all_rates, seeds = sorted(group.noise_rate.unique()), sorted(group.seed.unique())
+        own_rates_only = set(group.method[group.is_oracle.fillna(False).astype(bool) | group.method.str.contains(":")])
+        expected = [
+            (method, rate, seed)
+            for method, rows in group.groupby("method")
+            for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
+            for seed in seeds
+        ]
+        for method, rate, seed in expected:
             cell = (*setting, method, rate, seed)
             if cell not in done and cell not in seen:
                 seen.add(cell)
