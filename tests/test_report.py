@@ -16,7 +16,7 @@ from cirbench.cli import app
 from cirbench.engine.purity import purity_rows
 from cirbench.report import ReportError, build_report, load_results
 from cirbench.report.tables import (
-    CIRR_AVG, FIQ_AVG, Cell, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
+    CIRR_AVG, FIQ_AVG, Cell, ablation_table, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
 )
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
 
@@ -189,6 +189,23 @@ def test_a_variant_or_oracle_is_expected_only_at_its_own_rates(tmp_path: Path) -
         store.write_run(CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed), row, tables)
     problems = load_results(tmp_path).problems
     assert problems[["method", "noise_rate", "seed"]].values.tolist() == [["robust:ablated", 0.2, 1]]
+
+
+def test_ablation_rows_get_their_own_table_and_stay_out_of_the_ranking(tmp_path: Path) -> None:
+    write_results(tmp_path, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))
+    store = ResultsStore(tmp_path)
+    for seed in (0, 1):
+        tables, n_noisy = _tables("sprc", 0.2, seed)  # sprc's R@10 (0.40) under an ablation label of robust (0.50)
+        store.write_run(CellKey(f"robust:weak-{seed}", "robust:weak", "toy", "tiny", "thirds", 0.2, seed),
+                        _run_row("robust:weak", "completed") | {"n_noisy": n_noisy}, tables)
+    setting = load_results(tmp_path).settings[0]
+    assert setting.methods == ["sprc", "robust"] and setting.variants == ["robust:weak"]
+    retrieval = recall_table(setting)
+    assert [method for _, method, _ in retrieval.rows] == ["sprc", "robust"]
+    table = ablation_table(setting)
+    assert [(rate, method) for rate, method, _ in table.rows] == [("20%", "robust"), ("", "robust:weak")]
+    assert table.columns == ["R@10", "vs full"]
+    assert table.rows[0][2][1].text == "-" and table.rows[1][2][1].text == "-10.00"
 
 
 def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
-from cirbench.report.tables import TableModel, gain_table, purity_table, recall_table
+from cirbench.report.tables import TableModel, ablation_table, gain_table, purity_table, recall_table
 
 
 @dataclass
@@ -65,8 +65,9 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
     ``published``: the papers' numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
     sections = []
     for setting in data.settings:
-        tables = [t for t in (recall_table(setting), reference_table(setting), gain_table(setting), purity_table(setting),
-                              reproduction_table(setting, published)) if t is not None]
+        candidates = (recall_table(setting), ablation_table(setting), reference_table(setting), gain_table(setting),
+                      purity_table(setting), reproduction_table(setting, published))
+        tables = [t for t in candidates if t is not None]
         figures = all_figures(setting, output / setting.slug)
         sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting)))
     n_runs = sum(len(s.runs) for s in data.settings)

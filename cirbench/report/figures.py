@@ -245,6 +245,8 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
             if kind == "caught":
                 _grouped_bars(ax, at_rate, "noise_recall", methods, styles, 100.0)
                 for method, share in flagged.get(rate, {}).items():
+                    if method not in styles:  # an ablation row: not drawn with the compared methods
+                        continue
                     ax.axhline(100.0 * share, color=styles[method]["color"], linestyle="--", linewidth=1.1)
                 ax.set_ylim(0, 105)
                 ax.set_ylabel("noisy samples caught (%)")

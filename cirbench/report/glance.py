@@ -1,5 +1,6 @@
 """The report's "at a glance" lines: the best method at each noise rate, the cleanest kept
-set, and the kind of noise each method misses most (oracles excluded throughout)."""
+set, and the kind of noise each method misses most (oracles and ablation rows excluded
+throughout)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
 
 def _best_purity(setting: Setting) -> list[str]:
     last = final_epoch(setting.purity)
-    overall = last[(last.noise_type == "all") & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
+    overall = last[(last.noise_type == "all") & (last.noise_rate > 0) & last.method.isin(setting.methods)
+                   & ~last.method.isin(setting.oracles)]
     overall = overall.dropna(subset=["purity"])
     if overall.empty:
         return []

@@ -60,9 +60,18 @@ class Setting:
 
     @property
     def methods(self) -> list[str]:
-        """Method labels in a stable order: ``sprc`` first, oracles last, others by name."""
-        oracles = self.oracles
-        return sorted(set(self.runs.method), key=lambda m: (m in oracles, m != "sprc", m))
+        """The compared method labels in a stable order: ``sprc`` first, oracles last, others
+        by name. Ablation rows (:attr:`variants`) are not among them."""
+        oracles, variants = self.oracles, set(self.variants)
+        return sorted(set(self.runs.method) - variants, key=lambda m: (m in oracles, m != "sprc", m))
+
+    @property
+    def variants(self) -> list[str]:
+        """Ablation rows: labels ``name:variant`` whose full method ``name`` is in the setting
+        too. The report shows them beside that method in their own table (and the claims
+        read them), never ranked against or drawn with the compared methods."""
+        labels = set(self.runs.method)
+        return sorted(m for m in labels if ":" in m and m.split(":", 1)[0] in labels)
 
     @property
     def oracles(self) -> set[str]:

@@ -187,6 +187,33 @@ def recall_table(setting: Setting) -> TableModel | None:
     return _ranked_table("Retrieval", stats, columns, setting, note)
 
 
+def ablation_table(setting: Setting) -> TableModel | None:
+    """Each method's ablation rows beside the full method, at the rates the rows were run
+    at: the headline column and its difference to the full method (percentage points)."""
+    per_run = run_columns(setting)
+    column = headline_column(list(per_run.columns))
+    if column is None or not setting.variants:
+        return None
+    stats = summarize(setting, per_run[[column]])
+    rows = []
+    for base in sorted({v.split(":", 1)[0] for v in setting.variants}):
+        labels = [base, *(v for v in setting.variants if v.startswith(f"{base}:"))]
+        rates = sorted({rate for rate, method in stats.index if method in labels[1:]})
+        for rate in rates:
+            block = stats.xs(rate, level="noise_rate")
+            full = float(block.loc[base, ("mean", column)]) if base in block.index else math.nan
+            shown = [m for m in labels if m in block.index]
+            for i, method in enumerate(shown):
+                mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
+                                int(block.loc[method, ("n", column)]))
+                diff = mean - full
+                cells = [Cell(_format(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
+                rows.append((rate_label(rate) if i == 0 else "", method, cells))
+    note = (f"{column} (%), mean ± std over seeds; the difference is to the full method at the same rate. "
+            "The claims section gives the intervals.")
+    return TableModel("Ablations", [column, "vs full"], rows, note)
+
+
 def gain_table(setting: Setting) -> TableModel | None:
     """Each method's mean gain over ``sprc`` (percentage points) at each noise rate."""
     per_run = run_columns(setting)
@@ -265,7 +292,8 @@ def purity_table(setting: Setting) -> TableModel | None:
 
 
 def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
-    """(rate, headline column, best non-oracle method, its mean) for every noise rate."""
+    """(rate, headline column, best compared method (no oracle, no ablation row), its mean)
+    for every noise rate."""
     per_run = run_columns(setting)
     column = headline_column(list(per_run.columns))
     if column is None:
@@ -273,7 +301,7 @@ def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
     means = summarize(setting, per_run)["mean"][column]
     out = []
     for rate in sorted(means.index.get_level_values("noise_rate").unique()):
-        block = means.xs(rate, level="noise_rate").drop(labels=list(setting.oracles), errors="ignore").dropna()
+        block = means.xs(rate, level="noise_rate").drop(labels=[*setting.oracles, *setting.variants], errors="ignore").dropna()
         if len(block):
             out.append((rate, column, str(block.idxmax()), float(block.max())))
     return out
