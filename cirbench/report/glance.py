@@ -58,7 +58,7 @@ def at_a_glance(setting: Setting) -> list[str]:
     if best:
         column = best[0][1]
         lines.append(
-            f"Best on {column} (oracle excluded): "
+            f"Best on {column} (perfect filters and ablation rows excluded): "
             + "; ".join(f"{rate_label(rate)}: {method} ({value:.2f})" for rate, _, method, value in best) + "."
         )
     return lines + _best_purity(setting) + _misses(setting)
