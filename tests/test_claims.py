@@ -12,7 +12,7 @@ import pytest
 
 from cirbench.engine.purity import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.claims import CLAIMS_TITLE, kept_set_check, paper_claims
+from cirbench.report.claims import CLAIMS_TITLE, kept_set_check, paper_claims, verdict_summary
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN
 from cirbench.results.store import KEY_COLUMNS, MAIN_SCORE, SCHEMAS, CellKey, ResultsStore
 
@@ -178,6 +178,11 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
     assert "conesep - sprc at 50%: +" in section and "**not run**" in section
     assert any(f"**{v}**" in section for v in (HOLDS, INCONCLUSIVE, DOES_NOT_HOLD))
     assert "Verdict rule:" in section
+    claims = paper_claims(load_results(tmp_path / "results").settings[0], n_resamples=50)
+    summary = verdict_summary(claims)
+    assert f"**{summary}**" in section and summary.startswith(f"Of {len(claims)} claims: ")
+    counted = [int(part.split()[0]) for part in summary.split(": ", 1)[1].rstrip(".").split(", ")]
+    assert sum(counted) == len(claims) and counted[-1] == sum(c.verdict == "not run" for c in claims) > 0
     html = page.read_text(encoding="utf-8")
     assert CLAIMS_TITLE.replace("'", "&#x27;") in html and 'class="verdict not-run"' in html
 

@@ -23,7 +23,7 @@ import pandas as pd
 from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
-    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, Term, cell_runs, combine_verdicts, difference, kept_set_test,
+    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Term, cell_runs, combine_verdicts, difference, kept_set_test,
     paired_comparison,
 )
 from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
@@ -264,6 +264,12 @@ def claims_intro(metric: str | None) -> str:
     recall = f"recall is {metric} (the tables' headline column)" if metric else "no recall in these results"
     return (f"Each claim checked on these results; {recall}, purity and AUROC as fractions. Numbers: the mean "
             "difference over seeds; its 95% t interval over seeds; its 95% paired bootstrap interval.")
+
+
+def verdict_summary(claims: Sequence[Claim]) -> str:
+    """How many claims got each verdict, e.g. ``Of 9 claims: 0 hold, 5 do not hold, ...``."""
+    counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
+    return f"Of {len(claims)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."
 
 
 def check_line(check: Check) -> str:

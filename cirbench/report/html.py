@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro
+from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
 from cirbench.report.content import ReportContent
 from cirbench.report.tables import to_html
 
@@ -86,6 +86,7 @@ def render_html(content: ReportContent) -> str:
             out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
         if section.claims:
             out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(claims_intro(section.claims_metric))}</p>',
+                    f"<p><strong>{html.escape(verdict_summary(section.claims))}</strong></p>",
                     claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
         for table in section.tables:
             out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro
+from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
 from cirbench.report.content import ReportContent
 from cirbench.report.tables import to_markdown
 
@@ -45,7 +45,7 @@ def render_markdown(content: ReportContent, output: Path) -> str:
             parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
         if section.claims:
             parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric), "",
-                      claims_markdown(section.claims), "", VERDICT_RULE, ""]
+                      f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
         for table in section.tables:
             parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
         for figure in section.figures:
