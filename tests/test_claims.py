@@ -180,8 +180,8 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
     assert "Verdict rule:" in section
     claims = paper_claims(load_results(tmp_path / "results").settings[0], n_resamples=50)
     summary = verdict_summary(claims)
-    assert f"**{summary}**" in section and summary.startswith(f"Of {len(claims)} claims: ")
-    counted = [int(part.split()[0]) for part in summary.split(": ", 1)[1].rstrip(".").split(", ")]
+    assert f"**{summary}**" in section and summary.startswith(f"Verdicts of {len(claims)} claims: ")
+    counted = [int(part.split()[-1]) for part in summary.split(": ", 1)[1].rstrip(".").split(", ")]
     assert sum(counted) == len(claims) and counted[-1] == sum(c.verdict == "not run" for c in claims) > 0
     html = page.read_text(encoding="utf-8")
     assert CLAIMS_TITLE.replace("'", "&#x27;") in html and 'class="verdict not-run"' in html

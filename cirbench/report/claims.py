@@ -267,9 +267,9 @@ def claims_intro(metric: str | None) -> str:
 
 
 def verdict_summary(claims: Sequence[Claim]) -> str:
-    """How many claims got each verdict, e.g. ``Of 9 claims: 0 hold, 5 do not hold, ...``."""
+    """How many claims got each verdict, e.g. ``Verdicts of 9 claims: holds 0, does not hold 5, ...``."""
     counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
-    return f"Of {len(claims)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."
+    return f"Verdicts of {len(claims)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
 
 
 def check_line(check: Check) -> str:
