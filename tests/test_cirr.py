@@ -68,7 +68,7 @@ def test_recall_and_subset_recall_against_a_hand_computed_ranking(dataset) -> No
         if member_above:
             scores[q, next(m for m in val.subset[q] if m not in (ref, target))] = 2.0
     method = ScoreTableMethod(scores)
-    results = evaluate(method, dataset, val, method.tokens(), method.texts(), torch.device("cpu"))
+    results = evaluate(method, dataset, val, method.tokens(), method.texts(), torch.device("cpu")).results
     n = len(val)
     expected = {
         "recall@1": (n - 2) / n, "recall@5": (n - 1) / n, "recall@10": 1.0, "recall@50": 1.0,
@@ -125,7 +125,7 @@ def test_cli_run_save_reload_and_predict(root, tmp_path) -> None:
     loaded = load_method(checkpoint, method_cls, cache, torch.device("cpu")).method
     data = CIRR(cache, root[0])
     tokens = image_tokens(data, loaded.backbone, cache)
-    again = evaluate(loaded, data, data.val, tokens, loaded.backbone.tokenize(data.val.texts), torch.device("cpu"))
+    again = evaluate(loaded, data, data.val, tokens, loaded.backbone.tokenize(data.val.texts), torch.device("cpu")).results
     stored = metrics[metrics.method == "sprc"].set_index("metric").value.to_dict()
     assert again["all"] == pytest.approx(stored)
 

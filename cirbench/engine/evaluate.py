@@ -36,6 +36,7 @@ class Evaluation:
     ranks: pd.DataFrame
 
 
+@torch.no_grad()
 def evaluate(
     method: Method,
     dataset: CIRDataset,
@@ -44,23 +45,9 @@ def evaluate(
     texts: TextBatch,
     device: torch.device,
     chunk: int = 512,
-) -> dict[str, dict[str, float]]:
-    """``{group: {metric: value}}`` for ``split`` ranked against ``dataset.gallery`` (see
-    :func:`evaluate_with_ranks`, which also returns every query's rank)."""
-    return evaluate_with_ranks(method, dataset, split, tokens, texts, device, chunk).results
-
-
-@torch.no_grad()
-def evaluate_with_ranks(
-    method: Method,
-    dataset: CIRDataset,
-    split: TripletSplit,
-    tokens: np.ndarray,
-    texts: TextBatch,
-    device: torch.device,
-    chunk: int = 512,
 ) -> Evaluation:
-    """The recall rows and per-query ranks of ``split`` ranked against ``dataset.gallery``.
+    """The recall rows (``.results``: ``{group: {metric: value}}``) and per-query ranks
+    (``.ranks``) of ``split`` ranked against ``dataset.gallery``.
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images

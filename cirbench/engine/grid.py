@@ -22,7 +22,7 @@ from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
 from cirbench.engine.distributed import is_main_process, main_process_first, world_size
-from cirbench.engine.evaluate import evaluate_with_ranks, metrics_frame
+from cirbench.engine.evaluate import evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
 from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -127,6 +127,14 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     return f"{label.replace(':', '_')}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
+
+
+def _failed(cell: Cell, row: dict, exc: Exception) -> CellOutcome:
+    """A failed cell's outcome, its traceback recorded in ``row`` (agreed on by every rank
+    under torchrun: :func:`~cirbench.engine.cell_failure.settle_failure`)."""
+    summary, error = settle_failure(exc)
+    row["error"] = error[-4000:]
+    return CellOutcome(cell, "failed", error=summary)
 
 
 class Grid:
@@ -267,9 +275,7 @@ class Grid:
             self._finish(key, row, started, {})
             raise
         except Exception as exc:  # a failed cell is recorded and the grid goes on (on every rank: settle_failure)
-            summary, error = settle_failure(exc)
-            row["error"] = error[-4000:]
-            outcome = CellOutcome(cell, "failed", error=summary)
+            outcome = _failed(cell, row, exc)
         self._finish(key, row, started, tables)
         return outcome
 
@@ -324,16 +330,14 @@ class Grid:
             dataset, backbone, tokens = self._start(key, row, announce)
             device = torch.device(spec.device)
             method = cell.method_cls(backbone, cell.config, None).to(device)
-            evaluation = evaluate_with_ranks(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
+            evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
             final = evaluation.results
             tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe()), "ranks": evaluation.ranks}
             confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
             outcome = CellOutcome(cell, "completed", final)
-        except Exception as exc:  # recorded like a failed cell; the grid goes on (on every rank: settle_failure)
-            summary, error = settle_failure(exc)
-            row["error"] = error[-4000:]
-            outcome = CellOutcome(cell, "failed", error=summary)
+        except Exception as exc:  # recorded like a failed cell; the grid goes on
+            outcome = _failed(cell, row, exc)
         self._finish(key, row, started, tables)
         return outcome
 

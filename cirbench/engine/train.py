@@ -16,7 +16,7 @@ from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
-from cirbench.engine.evaluate import evaluate_with_ranks, metrics_frame
+from cirbench.engine.evaluate import evaluate, metrics_frame
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
@@ -221,7 +221,7 @@ def train_cell(
             progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "loss": float(out.loss.detach())})
             step += 1
 
-        evaluation = evaluate_with_ranks(method, dataset, dataset.val, tokens, val_texts, device)
+        evaluation = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
         results = evaluation.results
         if parallel:
             distributed.check_same_on_all_ranks(score, "per-sample noise scores")

@@ -148,12 +148,14 @@ def _robust_beat_sprc(ev: _Evidence) -> Claim:
     return claim
 
 
-def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "") -> list[Check]:
-    """``winner`` beats ``loser`` at every noise rate where both were run (one check each)."""
+def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0) -> list[Check]:
+    """``winner - loser > threshold`` at every noise rate where both were run (one check each)."""
     rates = ev.rates(winner, loser)
     if not rates:
         return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no noise rate with both {winner} and {loser}")]
-    return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}", difference(winner, loser, rate)) for rate in rates]
+    suffix = f" > {threshold:g}" if threshold else ""
+    return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}{suffix}", difference(winner, loser, rate),
+                            threshold=threshold) for rate in rates]
 
 
 def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
@@ -200,12 +202,7 @@ def _uncertainty_marks_noise(ev: _Evidence) -> Claim:
 def _hug_ladder(ev: _Evidence) -> Claim:
     claim = Claim("HUG's Table 3 ladder: each added part does not lower recall (by more than a point)", "HUG Table 3")
     for before, after in zip(HUG_LADDER, HUG_LADDER[1:]):
-        rates = ev.rates(before, after)
-        for rate in rates:
-            claim.checks.append(ev.recall_check(f"{after} - {before} at {rate_label(rate)} > -0.01",
-                                                difference(after, before, rate), threshold=NON_INFERIORITY))
-        if not rates:
-            claim.checks.append(Check(f"{after} - {before}", NOT_RUN, f"not run: no rate with both {before} and {after}"))
+        claim.checks += _rate_checks(ev, after, before, threshold=NON_INFERIORITY)
     return claim
 
 
