@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cirbench import defaults
 from cirbench.config import ConfigError, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
@@ -68,8 +69,8 @@ def run(
     backbone: str = typer.Option("tiny", "--backbone", "-b", help="Backbone name (see `cirbench list backbones`)."),
     weights: Optional[str] = typer.Option(None, "--weights", help="Backbone weights: a local directory or tag."),
     noise_protocol: str = typer.Option("thirds", "--noise-protocol", help="Noise protocol (see `cirbench list noise`)."),
-    epochs: int = typer.Option(4, "--epochs", help="Training epochs per cell."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Training batch size (the papers use 128 on BLIP-2)."),
+    epochs: int = typer.Option(defaults.EPOCHS, "--epochs", help="Training epochs per cell."),
+    batch_size: int = typer.Option(defaults.BATCH_SIZE, "--batch-size", help="Training batch size (the papers use 128 on BLIP-2)."),
     output: Path = typer.Option(Path("results"), "--output", "-o", help="Results directory (parquet tables)."),
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),
     set_: list[str] = typer.Option([], "--set", help="Hyperparameter override <method>.<key>=<value>; repeatable."),
@@ -223,8 +224,8 @@ def calibrate(
     weights: Optional[str] = typer.Option(None, "--weights", help="Backbone weights: a local directory or tag."),
     noise_protocol: str = typer.Option("thirds", "--noise-protocol", help="Noise protocol (see `cirbench list noise`)."),
     seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds (two or more to measure the spread)."),
-    epochs: int = typer.Option(4, "--epochs", help="Training epochs per cell."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Training batch size."),
+    epochs: int = typer.Option(defaults.EPOCHS, "--epochs", help="Training epochs per cell."),
+    batch_size: int = typer.Option(defaults.BATCH_SIZE, "--batch-size", help="Training batch size."),
     output: Path = typer.Option(Path("results/calibration"), "--output", "-o", help="Results directory (finished cells are reused)."),
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and feature caches live."),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda."),

@@ -60,7 +60,7 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
   the release's uncentred cosine).
 - ``L_Cord``: the release's ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``,
   ``|.|`` the sum over components and dimensions, over ``cord_pairs`` random samples of the
-  batch (16 by default, a quarter of the CLI's batch of 64, chosen for the cost limit: the
+  batch (16 by default, an eighth of the default batch of 128, chosen for the cost limit: the
   release pairs every sample, ``cord_pairs=0``); a sample's mismatched text is another
   sample's, drawn by a random derangement (a permutation with no fixed point) from torch's
   RNG, which the harness seeds.

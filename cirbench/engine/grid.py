@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 import cirbench
+from cirbench import defaults
 from cirbench.backbones.registry import BACKBONES
 from cirbench.config import build_config, config_to_dict
 from cirbench.data.base import CIRDataset
@@ -43,8 +44,8 @@ class GridSpec:
     backbone: str = "tiny"
     weights: str | None = None
     noise_protocol: str = "thirds"
-    epochs: int = 4
-    batch_size: int = 64
+    epochs: int = defaults.EPOCHS
+    batch_size: int = defaults.BATCH_SIZE
     output: Path = Path("results")
     cache_dir: Path = Path("datasets")
     data_root: Path | None = None

@@ -1,0 +1,9 @@
+"""The default training schedule of a cell, shared by :class:`cirbench.engine.grid.GridSpec`
+and the CLI (which must not import torch to print its help).
+
+Chosen by calibrating the embedded benchmark with the ordinary baseline, the perfect filter
+and the reference rows only (``docs/benchmark.md``); 128 is also the papers' batch size.
+"""
+
+EPOCHS = 4
+BATCH_SIZE = 128
