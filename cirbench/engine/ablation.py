@@ -58,14 +58,14 @@ def expand_ablations(names: list[str], methods: Registry[type[Method]]) -> Ablat
             with_ablations = sorted(n for n in methods.names() if methods.get(n).ablations)
             raise GridError(f"--ablate {name}: method {name!r} has no ablations (Method.ablations is empty); "
                             f"methods with ablations: {', '.join(with_ablations) or 'none'}")
-        defaults = cls.Config()
+        config_defaults = cls.Config()
         grid.labels.append(name)
         for variant, overrides in cls.ablations.items():
             label = f"{name}:{variant}"
             grid.labels.append(label)
             grid.overrides[label] = {
                 key: override_text(value) for key, value in overrides.items()
-                if not hasattr(defaults, key) or getattr(defaults, key) != value  # unknown keys fail in the grid, named
+                if not hasattr(config_defaults, key) or getattr(config_defaults, key) != value  # unknown keys fail in the grid, named
             }
         rates.update(float(r) for r in cls.ablation_noise)
     grid.noise_rates = sorted(rates)
