@@ -21,6 +21,7 @@ the flags, in :attr:`TrainingContext.noise_flags`, and its results are marked as
 from __future__ import annotations
 
 from abc import abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator
 
@@ -29,6 +30,21 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+
+
+@contextmanager
+def frozen_parameters(params: list[nn.Parameter]) -> Iterator[None]:
+    """Within the block, ``params`` take no part in the autograd graph (so they get no
+    gradient and AdamW skips them, while gradients still flow through the activations to
+    whatever else requires them); their flags are restored on exit."""
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in zip(params, flags):
+            p.requires_grad_(flag)
 
 
 @dataclass

@@ -25,10 +25,14 @@ What the released code (He-Changhao/2025-CVPR-TME) does, and what this plugin do
   those), so that the new branches are fitted before their losses reach the shared
   composer; ``warmup_last`` epochs of all losses. The release uses 3 / 2 / 1 of 30 epochs
   (a fifth of training). The lengths are in epochs and may be fractional: a phase ends at
-  the step where its share of the epochs is spent. The defaults keep the release's 3 : 2 : 1
-  proportions within the first epoch of cirbench's 4-epoch runs (1/2, 1/3 and 1/6 of an
-  epoch), so the partition and all four losses run from the second epoch (index 1) on; the
-  first partition is at the first epoch start after the whole warm-up. With 1 / 0 / 0 (the
+  the step where its share of the epochs is spent. Left unset (None, the default) each
+  keeps the release's share of the run: 3/30, 2/30 and 1/30 of the epochs, i.e. 1, 2/3 and
+  1/3 of an epoch in cirbench's 10-epoch default, so the partition and all four losses run
+  from the third epoch (index 2) on; the first partition is at the first epoch start after
+  the whole warm-up. (tme v2 squeezed the three phases into the first of 4 epochs, so the
+  first GMM was fitted on a model that had just got worse: at 80% noise R@10 fell from
+  the start's 0.403 to 0.162 after that epoch and the partition kept 77% of the samples at
+  purity 0.258, chance 0.20.) With 1 / 0 / 0 (the
   defaults of tme v1, which skipped the projection warm-up) the untrained ``lrd`` and
   ``lpm`` branches reached the composer at full learning rate in epoch 1 and one seed in
   three collapsed to R@10 0.008 at 0% noise (``docs/tme.md``).
@@ -43,10 +47,12 @@ Differences forced by the backbone interface (the composer is one Q-Former-style
   the first ``F_diff`` position. Here ``F_diff`` becomes the query tokens of a pass that
   cross-attends to the reference tokens, and the first query position's output goes
   through ``text_proj``: the same two inputs, fused by the composer.
-- ``lsa``'s target: the release uses the BERT word embeddings of the caption (mean over all
-  32 padded positions). The interface exposes no word-embedding table, so the target is
-  the detached mean over the real text tokens of the composer's text hidden states from
-  the prompt-only (text, no image) pass that ``lpm`` already runs.
+- ``lsa``'s target: the release uses the detached BERT word embeddings of the caption
+  (mean over all 32 padded positions). Here it is the mean over the real text tokens of
+  the backbone's word embeddings (:meth:`Backbone.word_embeddings`), taken once per
+  training sample when the method is built, so the target never depends on the trainable
+  weights. (tme v2 used the composer's own text states from the prompt-only pass: a
+  target that moved with the weights it was supposed to anchor.)
 - The per-sample pass iterates the split in one fixed shuffled order (the harness's
   ``iterate``); the release reshuffles it every epoch.
 
@@ -68,9 +74,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -81,15 +86,16 @@ from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.losses import per_sample_info_nce, per_sample_robust_contrastive
-from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput
+from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, frozen_parameters
 
 Phase = Literal["qformer", "proj", "last", "train"]
 
 
 @dataclass
 class TMEConfig(MethodConfig):
-    """TME's released settings (``train.sh`` / ``precompute_train.py``), warm-up scaled to
-    cirbench's short default runs (see the module docstring)."""
+    """TME's released settings (``train.sh`` / ``precompute_train.py``); the warm-up
+    lengths, in epochs, default to the release's shares of the run (see the module
+    docstring)."""
 
     temperature: float = 0.07
     min_temperature: float = 0.01
@@ -103,13 +109,13 @@ class TMEConfig(MethodConfig):
     gmm_max_iter: int = 10
     gmm_tol: float = 1e-2
     gmm_reg_covar: float = 5e-4
-    warmup_qformer: float = 1 / 2
-    warmup_proj: float = 1 / 3
-    warmup_last: float = 1 / 6
+    warmup_qformer: float | None = None
+    warmup_proj: float | None = None
+    warmup_last: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("warmup_qformer", "warmup_proj", "warmup_last"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"tme: {name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"tme: threshold must be in (0, 1), got {self.threshold}")
@@ -150,25 +156,11 @@ def gmm_clean_posterior(
     return gmm.predict_proba(x)[:, clean]
 
 
-@contextmanager
-def frozen(params: list[nn.Parameter]) -> Iterator[None]:
-    """Within the block, ``params`` take no part in the autograd graph (so they get no
-    gradient and AdamW skips them); their flags are restored on exit."""
-    flags = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in zip(params, flags):
-            p.requires_grad_(flag)
-
-
 class TME(Method):
     """The robust baseline; see the module docstring."""
 
     name = "tme"
-    version = "2"
+    version = "3"
     paper = "He et al., Learning with Noisy Triplet Correspondence for Composed Image Retrieval (TME), CVPR 2025"
     Config = TMEConfig
     partitions = True
@@ -181,7 +173,11 @@ class TME(Method):
         self.d2t_proj = nn.Linear(token_width, token_width)
         self.prompt_tokens = nn.Parameter(torch.randn_like(backbone.query_tokens) * 0.02)
         self.temperature = nn.Parameter(torch.tensor(float(config.temperature)))
+        epochs = context.epochs
+        release = {"warmup_qformer": 3 / 30, "warmup_proj": 2 / 30, "warmup_last": 1 / 30}  # of the run
+        self.warmup = {k: share * epochs if getattr(config, k) is None else getattr(config, k) for k, share in release.items()}
         n = context.num_train
+        self.register_buffer("word_targets", self.static_word_targets(), persistent=False)
         self.clean_mask = np.ones(n, dtype=bool)
         self.noise_posterior = np.zeros(n, dtype=np.float64)
         self.partitioned = False
@@ -190,11 +186,22 @@ class TME(Method):
 
     # ------------------------------------------------------------------ schedule
 
+    @torch.no_grad()
+    def static_word_targets(self) -> torch.Tensor:
+        """``lsa``'s target of every training sample (N, H): the mean word embedding of its
+        text over the real tokens, from the weights the method starts with (NaN for a sample
+        the context's pass did not visit)."""
+        targets = torch.full((self.context.num_train, self.backbone.hidden_size), float("nan"))
+        for batch in self.context.iterate(False):
+            mask = batch.text.mask.unsqueeze(-1).float()
+            words = self.backbone.word_embeddings(batch.text).float()
+            targets[batch.index.cpu()] = ((words * mask).sum(1) / mask.sum(1).clamp_min(1)).cpu()
+        return targets.to(self.backbone.query_tokens.device)
+
     @property
     def warmup_epochs(self) -> float:
         """The length of the warm-up in epochs (all three phases; may be fractional)."""
-        c = self.config
-        return c.warmup_qformer + c.warmup_proj + c.warmup_last
+        return sum(self.warmup.values())
 
     def phase(self, epoch: int, step: int = 0) -> Phase:
         """The release's training phase at global ``step`` (counted from the first step of
@@ -202,11 +209,11 @@ class TME(Method):
         ``last`` warm-up, or ``train`` (partitioned, when the partition is on). Warm-up ends
         at an epoch boundary for the partition: an epoch that starts inside the warm-up is
         never partitioned, and its steps after the warm-up train as in ``last``."""
-        c = self.config
+        w = self.warmup
         position = max(float(epoch), step / max(self.context.steps_per_epoch, 1))
-        if position < c.warmup_qformer:
+        if position < w["warmup_qformer"]:
             return "qformer"
-        if position < c.warmup_qformer + c.warmup_proj:
+        if position < w["warmup_qformer"] + w["warmup_proj"]:
             return "proj"
         if epoch < math.ceil(self.warmup_epochs - 1e-9):
             return "last"
@@ -293,8 +300,10 @@ class TME(Method):
             parts["lrd"] = rcl(F.normalize(self.backbone.text_proj(fused), dim=-1), None)
             prompt_pass = self.backbone.compose(None, batch.text, queries=self.prompt_tokens)
             parts["lpm"] = rcl(F.normalize(self.backbone.text_proj(prompt_pass.text[:, 0]), dim=-1), clean)
-            mask = batch.text.mask.unsqueeze(-1).to(prompt_pass.text.dtype)
-            word_mean = ((prompt_pass.text * mask).sum(1) / mask.sum(1).clamp_min(1)).detach()
+            word_mean = self.word_targets[batch.index].to(f_diff.dtype)
+            if torch.isnan(word_mean).any():
+                raise RuntimeError("tme: a batch holds samples whose lsa target was never computed (the context's "
+                                   "iterate() did not visit them when the method was built)")
             parts["lsa"] = (f_diff.mean(1) - word_mean).pow(2).mean(-1)[clean].sum() / n_clean
         return parts
 
@@ -304,7 +313,7 @@ class TME(Method):
         index = batch.index.cpu().numpy()
         clean = torch.as_tensor(self.clean_mask[index], device=batch.index.device)
         if phase == "proj":
-            with frozen([*self.backbone.trainable_parameters(), self.temperature]):
+            with frozen_parameters([*self.backbone.trainable_parameters(), self.temperature]):
                 parts = self.losses(batch, phase, clean)
         else:
             parts = self.losses(batch, phase, clean)

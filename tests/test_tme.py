@@ -128,12 +128,33 @@ def test_warmup_phases_losses_and_partition_schedule(tme_module, data) -> None:
     np.testing.assert_allclose(out.noise_score.numpy(), partition.noise_score[:BATCH], rtol=1e-6)
 
 
-def test_default_warmup_keeps_the_release_proportions_within_the_first_epoch(tme_module, data) -> None:
-    method = make_method(tme_module, data)
+@pytest.mark.parametrize("epochs", [10, 30])
+def test_default_warmup_keeps_the_release_share_of_the_run(tme_module, data, epochs: int) -> None:
+    method = make_method(tme_module, data, epochs=epochs)
+    assert method.warmup == pytest.approx({"warmup_qformer": epochs / 10, "warmup_proj": epochs / 15, "warmup_last": epochs / 30})
     method.context.steps_per_epoch = steps = 12
-    assert [method.phase(0, s) for s in range(steps)] == ["qformer"] * 6 + ["proj"] * 4 + ["last"] * 2
-    assert [method.phase(e, e * steps) for e in range(1, 4)] == ["train"] * 3
-    assert method.on_epoch_start(0) is None and method.on_epoch_start(1) is not None
+    phases = [method.phase(s // steps, s) for s in range(epochs * steps)]
+    counts = {p: phases.count(p) for p in ("qformer", "proj", "last")}
+    assert counts == {"qformer": 3 * epochs * steps // 30, "proj": 2 * epochs * steps // 30, "last": epochs * steps // 30}
+    first_train = phases.index("train")
+    assert first_train == round(epochs / 5) * steps  # a fifth of the run, ending at an epoch boundary
+    assert method.on_epoch_start(first_train // steps - 1) is None and method.on_epoch_start(first_train // steps) is not None
+
+
+def test_lsa_target_is_fixed_when_the_method_is_built(tme_module, data) -> None:
+    """The alignment target must not move with the weights it anchors (tme v2's did)."""
+    method = make_method(tme_module, data, warmup_qformer=0, warmup_proj=0, warmup_last=0)
+    before = method.word_targets.clone()
+    assert torch.isfinite(before).all() and before.shape == (N_SAMPLES, method.backbone.hidden_size)
+    batch = make_batch(method.backbone, data, np.arange(BATCH))
+    out = method.training_step(batch, 0, 0)
+    targets = method.word_targets
+    assert not targets.requires_grad
+    with torch.no_grad():
+        for p in method.backbone.trainable_parameters():
+            p.add_(torch.randn_like(p))
+    assert torch.equal(method.word_targets, before)
+    assert torch.isfinite(out.loss)
 
 
 def test_a_fractional_warmup_never_partitions_the_epoch_it_ends_in(tme_module, data) -> None:

@@ -100,6 +100,11 @@ class Backbone(nn.Module, ABC):
         (a prompt such as SPRC's or ConeSep's negative prompt); ``image_tokens`` None makes
         a text-only pass, ``text`` None an image-only pass."""
 
+    def word_embeddings(self, text: TextBatch) -> torch.Tensor:
+        """The composer's input embedding of each text token (B, T, H), before positions and
+        context: the static text target that TME's ``lsa`` aligns with."""
+        raise NotImplementedError(f"backbone {self.name!r} does not expose its word embeddings")
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The parameters the optimiser updates (the composer; never the frozen tower)."""
         return [p for p in self.parameters() if p.requires_grad]

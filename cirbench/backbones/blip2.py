@@ -207,6 +207,9 @@ class Blip2Backbone(Backbone):
             out = torch.cat([out, layer.feed_forward_chunk(attended[:, num_queries:])], dim=1)
         return out
 
+    def word_embeddings(self, text: TextBatch) -> torch.Tensor:
+        return self.embeddings.word_embeddings(text.ids)
+
     def compose(
         self,
         image_tokens: torch.Tensor | None,

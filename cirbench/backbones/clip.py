@@ -260,6 +260,11 @@ class ClipBackbone(Backbone):
         mask = None if clip.attn_mask is None else clip.attn_mask[:length, :length]
         return clip.ln_final(clip.transformer(x, attn_mask=mask))
 
+    def word_embeddings(self, text: TextBatch) -> torch.Tensor:
+        """The frozen text tower's tokens through the composer's input projection (the
+        composer has no word-embedding table of its own)."""
+        return self.text_in(self.text_tokens(text.ids).float())
+
     def compose(
         self,
         image_tokens: torch.Tensor | None,

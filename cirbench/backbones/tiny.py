@@ -160,6 +160,9 @@ class TinyBackbone(Backbone):
     def tokenize(self, texts: list[str]) -> TextBatch:
         return self.tokenizer(texts)
 
+    def word_embeddings(self, text: TextBatch) -> torch.Tensor:
+        return self.word_embed(text.ids)
+
     def compose(
         self,
         image_tokens: torch.Tensor | None,
