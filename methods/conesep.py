@@ -8,9 +8,16 @@ Three modules, run in every training step:
   drawn in the image tower's input space and texts sampled from the batch (Eq. 2); the
   fidelity of each sample from its composed-target similarity and ``B`` (Eq. 3); the batch
   split into kept-clean and noisy by ``omega``. The noise score is the inverted fidelity.
-- **NBL** (Sec. 3.3): a learnable negative prompt (a copy of the query tokens) gives the
-  diagonal negative composition ``F_neg``; the target-oriented sigmoid loss (Eq. 6) and the
-  query-oriented interval loss (Eq. 7); objective Eq. 8 for the first ``N`` epochs.
+- **NBL** (Sec. 3.3): a learnable negative prompt gives the diagonal negative composition
+  ``F_neg``; the target-oriented sigmoid loss (Eq. 6) and the query-oriented interval loss
+  (Eq. 7); objective Eq. 8 for the first ``N`` epochs. Eq. 8 optimises "the parameters of
+  the NBL module": the negative branch runs the composer with its weights frozen, so every
+  gradient through ``F_neg`` reaches the negative prompt alone, and Eq. 6-7 treat the
+  targets and ``F_c`` as given (``nbl_gradient``). The prompt starts as an independent
+  draw at the query tokens' scale (``negative_init``), not as their copy: a copy with the
+  same text makes ``F_neg = F_c`` at step 0, and the release's routing then pushes every
+  composed query away from its own target (measured: at 80% noise the composer reached
+  RCL's flat point within 8 steps; ``docs/conesep.md``).
 - **BTU** (Sec. 3.4): the B x 2B cost ``[C+ | C-]`` (Eq. 9) with blocked paths, entropic
   OT by log-domain Sinkhorn (Eq. 10, :func:`cirbench.ot.sinkhorn_log`), the soft label
   ``Y = gamma P + (1 - gamma) L`` (Eq. 11), the KL unlearning loss (Eq. 12), objective
@@ -22,7 +29,8 @@ it is the cosine of the whole vectors. Inference is the plain composed query, as
 
 Where the paper is ambiguous or disagrees with the released code (all documented in
 ``docs/conesep.md``): Eq. 3 as printed and the release's fidelity are both available
-(``fidelity_variant``); Eq. 7 is used as printed (interval ``[-alpha2, -alpha1]``); the
+(``fidelity_variant``); how NBL's gradient flows and how the negative prompt starts
+(``nbl_gradient``, ``negative_init``); Eq. 7 is used as printed (interval ``[-alpha2, -alpha1]``); the
 logits of Eq. 12 are divided by ``tau`` like every other similarity in the paper; the OT
 plan is row-normalised before mixing with ``L`` (as in the release) so ``Y`` is a
 distribution, and, unlike the release, ``Y`` is not passed through another softmax.
@@ -40,13 +48,18 @@ from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
 from cirbench.losses import info_nce, robust_contrastive
-from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
+from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext, frozen_parameters
 from cirbench.ot import sinkhorn_log
 
 FidelityVariant = Literal["eq3", "release"]
 RankingLoss = Literal["rcl", "infonce"]
 TargetMatrix = Literal["paper", "ones", "minus_ones", "zeros"]
 BoundarySampling = Literal["gaussian", "uniform", "laplace", "empirical"]
+NBLGradient = Literal["prompt", "all"]
+NegativeInit = Literal["random", "copy"]
+
+RELEASE_WARMUP_SHARE = 2 / 12
+"""The release's NBL warm-up: 2 of its 12 epochs."""
 
 # Negated phrasings for the negative branch's text when it has no prompt of its own
 # (``negative_prompt = False``) or when ``negation_template`` asks for them, as the release does.
@@ -67,7 +80,8 @@ class ConeSepConfig(MethodConfig):
     Hyperparameters: ``K`` random samples for the boundary, temperature ``tau``, fidelity
     threshold ``omega``, OT/hard-label balance ``gamma``, loss weights ``zeta`` (L_intra),
     ``nu`` (L_inter), ``kappa`` (L_ul), ``warmup_epochs`` (the paper's N; not given in the
-    paper, 2 as in the release), Sinkhorn ``epsilon``, ``sinkhorn_iterations`` and the early
+    paper; None = the release's share of the run, 2 of its 12 epochs, rounded: 2 of
+    cirbench's 10), Sinkhorn ``epsilon``, ``sinkhorn_iterations`` and the early
     stop ``sinkhorn_tol`` on the relative row-marginal error (0.03, 100 and 1e-4 as in the
     release, which stops on a 1e-4 change of its potentials; the paper gives none and says
     Sinkhorn converges in 10-20 iterations).
@@ -91,6 +105,13 @@ class ConeSepConfig(MethodConfig):
     ``ranking_loss = infonce`` puts InfoNCE in place of RCL (Eq. 4), a diagnostic that keeps
     every other part of ConeSep (RCL flattens the similarity matrix on ``shapes``; see
     ``docs/conesep.md``).
+
+    Paper against release: ``nbl_gradient = prompt`` (the paper's Eq. 8: NBL's losses, and
+    anything else through ``F_neg``, train the negative prompt alone; the targets in Eq. 6
+    and ``F_c`` in Eq. 7 are constants) or ``all`` (the release: through the shared
+    composer, the targets and ``F_c`` too); ``negative_init = random`` (an independent
+    draw with the query tokens' standard deviation; the paper gives none) or ``copy`` (the
+    release: a copy of the query tokens).
     """
 
     K: int = 4
@@ -100,7 +121,7 @@ class ConeSepConfig(MethodConfig):
     zeta: float = 0.5
     nu: float = 0.5
     kappa: float = 0.5
-    warmup_epochs: int = 2
+    warmup_epochs: int | None = None
     epsilon: float = 0.03
     sinkhorn_iterations: int = 100
     sinkhorn_tol: float = 1e-4
@@ -122,12 +143,14 @@ class ConeSepConfig(MethodConfig):
     partition: bool = True
     target_loss: bool = True
     ranking_loss: RankingLoss = "rcl"
+    nbl_gradient: NBLGradient = "prompt"
+    negative_init: NegativeInit = "random"
 
     def __post_init__(self) -> None:
         checks = {
             "K": self.K >= 1, "tau": self.tau > 0, "gamma": 0.0 <= self.gamma <= 1.0,
             "zeta": self.zeta >= 0, "nu": self.nu >= 0, "kappa": self.kappa >= 0,
-            "warmup_epochs": self.warmup_epochs >= 0, "epsilon": self.epsilon > 0,
+            "warmup_epochs": self.warmup_epochs is None or self.warmup_epochs >= 0, "epsilon": self.epsilon > 0,
             "sinkhorn_iterations": self.sinkhorn_iterations >= 1, "sinkhorn_tol": self.sinkhorn_tol >= 0,
             "omega": self.fidelity_variant != "release" or 0.0 <= self.omega <= 1.0,
         }
@@ -137,6 +160,7 @@ class ConeSepConfig(MethodConfig):
         choices = {
             "fidelity_variant": ("eq3", "release"), "target_matrix": ("paper", "ones", "minus_ones", "zeros"),
             "boundary_sampling": ("gaussian", "uniform", "laplace", "empirical"), "ranking_loss": ("rcl", "infonce"),
+            "nbl_gradient": ("prompt", "all"), "negative_init": ("random", "copy"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -276,7 +300,7 @@ class ConeSep(Method):
     """ConeSep: GFQ partition, NBL warm-up, BTU unlearning (see the module docstring)."""
 
     name = "conesep"
-    version = "1"
+    version = "2"
     paper = "Li et al., ConeSep: Cone-based Robust Noise-Unlearning Compositional Network for CIR, CVPR 2026"
     Config = ConeSepConfig
     partitions = True
@@ -290,10 +314,19 @@ class ConeSep(Method):
 
     def __init__(self, backbone: Backbone, config: ConeSepConfig, context: TrainingContext) -> None:
         super().__init__(backbone, config, context)
-        if config.negative_prompt:
-            self.negative_prompt = nn.Parameter(backbone.query_tokens.detach().clone())
         self.generator = torch.Generator(device=context.device)
         self.generator.manual_seed(int(context.seed) + 104729)
+        if config.negative_prompt:
+            queries = backbone.query_tokens.detach()
+            if config.negative_init == "copy":
+                start = queries.clone()
+            else:
+                noise = torch.randn(queries.shape, generator=self.generator, device=self.generator.device)
+                start = noise.to(queries.device, queries.dtype) * queries.std()
+            self.negative_prompt = nn.Parameter(start)
+        self.warmup = (
+            round(RELEASE_WARMUP_SHARE * context.epochs) if config.warmup_epochs is None else config.warmup_epochs
+        )
 
     # --- features
 
@@ -311,9 +344,16 @@ class ConeSep(Method):
         return self.backbone.tokenize(texts).to(batch.reference.device)
 
     def composed_and_negative(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """F_c and F_neg (B, E) each, from one composer pass over the doubled batch."""
+        """F_c and F_neg (B, E) each: one composer pass over the doubled batch, or, when NBL
+        trains the negative prompt alone, a second pass with the composer's weights frozen."""
         size = len(batch)
-        queries = torch.cat([self.backbone.expand_queries(size), self.backbone.expand_queries(size, self.negative_queries())])
+        negative_queries = self.backbone.expand_queries(size, self.negative_queries())
+        if self.config.nbl_gradient == "prompt":
+            composed = self.backbone.composed_feature(batch.reference, batch.text)
+            with frozen_parameters(self.backbone.trainable_parameters()):
+                negative = self.backbone.composed_feature(batch.reference, self.negative_text(batch), queries=negative_queries)
+            return composed, negative
+        queries = torch.cat([self.backbone.expand_queries(size), negative_queries])
         texts = TextBatch.cat([batch.text, self.negative_text(batch)])
         both = self.backbone.composed_feature(torch.cat([batch.reference, batch.reference]), texts, queries=queries)
         return both[:size], both[size:]
@@ -357,12 +397,17 @@ class ConeSep(Method):
 
     # --- the step
 
-    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+    def loss_terms(self, batch: Batch, epoch: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, float]]:
+        """The unweighted loss terms of ``epoch``'s objective (Eq. 8 in the warm-up, Eq. 13
+        after it), the batch's kept-clean flags, its fidelity and diagnostics to log."""
         cfg = self.config
         composed, negative = self.composed_and_negative(batch)
         targets = self.backbone.target_features(batch.target)
         sim = max_token_similarity(composed, targets)
         neg_sim = max_token_similarity(negative, targets)
+        nbl_sim, nbl_composed = neg_sim, composed  # what Eq. 6 and 7 compare F_neg with
+        if cfg.nbl_gradient == "prompt":
+            nbl_sim, nbl_composed = max_token_similarity(negative, targets.detach()), composed.detach()
         boundary = self.estimate_boundary(batch) if cfg.boundary else 0.0
         fidelity = self.fidelity_scores(sim.diagonal().detach(), boundary)
         clean = partition(fidelity, cfg.omega, cfg.fidelity_variant) if cfg.partition else torch.ones_like(fidelity, dtype=torch.bool)
@@ -370,25 +415,31 @@ class ConeSep(Method):
         none = sim.sum() * 0.0  # a disabled term: zero, but attached to the graph
         parts = {
             "robust": (robust_contrastive(sim, cfg.tau) if cfg.ranking_loss == "rcl" else info_nce(sim, cfg.tau)) if cfg.rcl else none,
-            "intra": query_oriented_loss(composed, negative, clean) if cfg.query_loss else none,
+            "intra": query_oriented_loss(nbl_composed, negative, clean) if cfg.query_loss else none,
         }
-        if epoch < cfg.warmup_epochs:
+        if epoch < self.warmup:
             T = target_matrix(cfg.target_matrix, len(batch), sim.device)
-            parts["inter"] = target_oriented_loss(neg_sim, clean, T, cfg.tau) if cfg.target_loss else none
+            parts["inter"] = target_oriented_loss(nbl_sim, clean, T, cfg.tau) if cfg.target_loss else none
+        elif cfg.unlearning:
+            with torch.no_grad():
+                cost = unlearning_cost(sim, composed, negative, cfg.ot_negative)
+                label = soft_label(cost, clean, cfg.gamma, cfg.epsilon, cfg.sinkhorn_iterations, cfg.ot, cfg.sinkhorn_tol)
+            parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau)
+        else:
+            parts["ul"] = none
+        diagnostics = {
+            "boundary": boundary, "clean_share": float(clean.float().mean()),
+            "cos_query_negative": float((composed * negative).sum(-1).mean().detach()),
+        }
+        return parts, clean, fidelity, diagnostics
+
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        cfg = self.config
+        parts, clean, fidelity, diagnostics = self.loss_terms(batch, epoch)
+        if "inter" in parts:
             loss = parts["robust"] + cfg.zeta * parts["intra"] + cfg.nu * parts["inter"]
         else:
-            if cfg.unlearning:
-                with torch.no_grad():
-                    cost = unlearning_cost(sim, composed, negative, cfg.ot_negative)
-                    label = soft_label(cost, clean, cfg.gamma, cfg.epsilon, cfg.sinkhorn_iterations, cfg.ot, cfg.sinkhorn_tol)
-                parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau)
-            else:
-                parts["ul"] = none
             loss = parts["robust"] + cfg.kappa * parts["ul"] + cfg.zeta * parts["intra"]
-
         components = {k: float(v.detach()) for k, v in parts.items()}
-        components.update(
-            boundary=boundary, clean_share=float(clean.float().mean()),
-            cos_query_negative=float((composed * negative).sum(-1).mean().detach()),
-        )
+        components.update(diagnostics)
         return StepOutput(loss, components, noise_score=-fidelity, selected_clean=clean)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import cirbench.engine.grid as grid_module
+from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.config import ConfigError, build_config
 from cirbench.data.registry import ShapesLoader
@@ -323,10 +324,52 @@ def test_negative_prompt_switch(backbone_state) -> None:
         composed, negative = method.composed_and_negative(batch)
     assert not torch.allclose(composed, negative)  # the negated text keeps F_neg apart
     assert torch.isfinite(method.training_step(batch, 0, 0).loss)
-    with_prompt = make_method(backbone_state)
+    copied = make_method(backbone_state, negative_init="copy")
     with torch.no_grad():
-        composed, negative = with_prompt.composed_and_negative(batch)
-    torch.testing.assert_close(composed, negative)  # the prompt starts as a copy of the queries
+        composed, negative = copied.composed_and_negative(batch)
+    torch.testing.assert_close(composed, negative)  # the release's prompt starts as a copy of the queries
+    drawn = make_method(backbone_state)
+    with torch.no_grad():
+        composed, negative = drawn.composed_and_negative(batch)
+    assert not torch.allclose(composed, negative)  # the default draws its own start
+    assert drawn.negative_prompt.std().item() == pytest.approx(drawn.backbone.query_tokens.std().item(), rel=0.2)
+
+
+def _nbl_objective(method: ConeSep, batch: Batch) -> torch.Tensor:
+    """The NBL terms of Eq. 8 at epoch 0, step 0 (zeta L_intra + nu L_inter)."""
+    parts = method.loss_terms(batch, epoch=0)[0]
+    return method.config.zeta * parts["intra"] + method.config.nu * parts["inter"]
+
+
+def _own_target_margin(method: ConeSep, batch: Batch) -> float:
+    """How much closer the composed queries are to their own targets than to the others."""
+    with torch.no_grad():
+        composed, _ = method.composed_and_negative(batch)
+        sim = max_token_similarity(composed, method.backbone.target_features(batch.target))
+        off = ~torch.eye(len(sim), dtype=torch.bool)
+        return float(sim.diagonal().mean() - sim[off].mean())
+
+
+def test_nbl_never_moves_a_composed_query_away_from_its_target(backbone_state) -> None:
+    """Eq. 8 trains the NBL module (the negative prompt): at step 0 its gradient reaches no
+    weight of the composer, so a step on it leaves every composed query where it was. The
+    release's routing (through the composer, from a copied prompt) is the defect this
+    guards against: a step on it moves the queries away from their own targets, towards
+    the others."""
+    batch = make_batch(TinyBackbone(seed=0))
+    method = make_method(backbone_state)
+    g = grads(method, _nbl_objective(method, batch))
+    assert g["negative_prompt"] is not None and g["negative_prompt"].abs().sum() > 0
+    assert all(v is None or v.abs().sum() == 0 for n, v in g.items() if n.startswith("backbone."))
+
+    release = make_method(backbone_state, nbl_gradient="all", negative_init="copy")
+    before = _own_target_margin(release, batch)
+    g = grads(release, _nbl_objective(release, batch))
+    with torch.no_grad():
+        for name, p in release.named_parameters():
+            if name.startswith("backbone.") and g[name] is not None:
+                p -= 0.05 * g[name] / g[name].norm().clamp_min(1e-12)
+    assert _own_target_margin(release, batch) < before
 
 
 def test_warmup_epochs_switch_the_objective(backbone_state) -> None:
