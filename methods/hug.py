@@ -42,22 +42,34 @@ range in which the sigmoid loss with ``a = 1``, ``b = 0`` is neither flat nor sa
 Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
 
 - ``L_HC`` (paper Eq. 13): SigLIP-style sigmoid loss on the closed-form expected squared
-  distance ``d = sum ||mu_q - mu_c||^2 + sum var_q + sum var_c`` with learnable ``a``
-  (init 1) and ``b`` (init 0): positives ``-log S(-a d - b)``, negatives
-  ``-log S(a d + b)`` counted in both directions (query -> targets and target ->
-  queries), divided by the batch size.
-- ``L_FC``: InfoNCE (tau 0.07) on the variance vectors ``v`` of every component, centred
-  on the batch mean of their side and component (``fc_centre``) and L2-normalised; the
-  positive of component k of query i is component k of target i and vice versa.
-  Negatives: component-wise (the other components of the same query and target),
-  instance-wise (component k of the other samples, same side) and modality-wise (component
-  k of the other samples' other side: a query's against targets, a target's against
-  queries). The release has component- and (cross-side) instance-wise terms in Python
-  loops; here each is one batched product. The centring is ours: Softplus variances share a
-  large positive offset, so uncentred cosines start near 1; measured on ``shapes``, the
-  heads then collapse to input-independent outputs within 20 steps and the loss sits at
-  exactly ``log(number of candidates)`` with no gradient (``fc_centre=false`` reproduces
-  the release's uncentred cosine).
+  distance ``d = sum ||mu_q - mu_c||^2 + sum var_q + sum var_c``, logits ``a d + b``:
+  positives ``-log S(-a d - b)``, negatives ``-log S(a d + b)`` counted in both directions
+  (query -> targets and target -> queries), divided by the batch size. As in SigLIP, whose
+  loss this is, the scale is learnt as ``a = exp(a')`` (``a'`` init ``log init_a``, so it
+  stays positive) and the bias starts at ``init_b = -10``. The start matters: with 2(B-1)
+  negatives per positive a constant prediction balances at ``a d + b = ln 2(B-1)`` (5.5 at
+  batch 128); the release's ``b = 0`` puts every logit above it (about 13 for positives
+  and 19 for negatives on ``shapes``; the summed variance offset alone is 7.8), so the
+  negatives get no gradient, the loss only pulls pairs together, the means of different
+  samples collapse onto one point within about 10 steps and the loss freezes at the
+  constant-prediction value (6.5155 at batch 125). With ``b = -10`` positives start below
+  the balance point and negatives above it (a test checks this). The release cannot be
+  followed here: it never gives ``a`` and ``b`` to its optimiser.
+- ``L_FC`` (``fc_form``). ``sigmoid`` (default, the paper's Eq. 16): a sigmoid loss on the
+  squared distance ``||sigma_a - sigma_b||^2`` between the standard-deviation vectors of
+  two components, logits ``a_fc d + b_fc`` (``a_fc = exp(a_fc')``, learnable, init 1 and
+  ``fc_init_b``): as printed, the sum runs over the negatives only, which a learnable bias
+  would satisfy by growing without bound, so each anchor's partner (component k of the
+  matched sample's other side) is its positive, ``-log S(-(a_fc d + b_fc))``, as in
+  Eq. 13. ``infonce`` is cirbench's earlier reading, neither the paper's nor the
+  release's: InfoNCE (tau 0.07) on the variance vectors, centred on the batch mean of
+  their side and component (``fc_centre``) and L2-normalised (the release's InfoNCE is
+  uncentred: ``fc_centre=false``; Softplus variances share a large positive offset, so
+  uncentred cosines start near 1 and the heads collapse to input-independent outputs).
+  Negatives in both forms: component-wise (the other components of the same query and
+  target), instance-wise (component k of the other samples, same side) and modality-wise
+  (component k of the other samples' other side). The release has component- and
+  (cross-side) instance-wise terms in Python loops; here each is one batched product.
 - ``L_Cord``: the release's ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``,
   ``|.|`` the sum over components and dimensions, over ``cord_pairs`` random samples of the
   batch (16 by default, an eighth of the default batch of 128, chosen for the cost limit: the
@@ -89,6 +101,7 @@ weights).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -154,7 +167,9 @@ class HUGConfig(MethodConfig):
     cord_margin: float = 0.2
     cord_pairs: int = 16
     init_a: float = 1.0
-    init_b: float = 0.0
+    init_b: float = -10.0
+    fc_form: str = "sigmoid"
+    fc_init_b: float = 0.0
     head_heads: int = 4
     head_dropout: float = 0.0
     freeze_means: bool = False
@@ -168,6 +183,12 @@ class HUGConfig(MethodConfig):
     coordination_loss: bool = True
     dynamic_weighting: bool = True
     heads_train_composer: bool = False
+
+    def __post_init__(self) -> None:
+        if self.init_a <= 0:
+            raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
+        if self.fc_form not in ("sigmoid", "infonce"):
+            raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
 
 
 class UncertaintyHead(nn.Module):
@@ -227,6 +248,11 @@ def expected_distance(
     return packed_distance(pack_gaussians(mu_q, var_q), pack_gaussians(mu_c, var_c))
 
 
+def holistic_logits(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The logits ``a d + b`` of Eq. 13 (low for a match, high for a non-match)."""
+    return a * distance + b
+
+
 def holistic_contrast(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Paper Eq. 13 on a (B, B) distance matrix whose diagonal holds the positives:
     ``-log S(-a d - b)`` per positive and ``-log S(a d + b)`` per negative, the negatives
@@ -234,8 +260,9 @@ def holistic_contrast(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) 
     queries), the sum divided by the batch size."""
     n = distance.shape[0]
     off = ~torch.eye(n, dtype=torch.bool, device=distance.device)
-    positive = F.logsigmoid(-a * distance.diagonal() - b).sum()
-    negative = (F.logsigmoid(a * distance + b) * off).sum()
+    logits = holistic_logits(distance, a, b)
+    positive = F.logsigmoid(-logits.diagonal()).sum()
+    negative = (F.logsigmoid(logits) * off).sum()
     return -(positive + 2.0 * negative) / n
 
 
@@ -277,6 +304,45 @@ def fine_grained_contrast(
     return F.cross_entropy(rows, torch.zeros(rows.shape[0], dtype=torch.long, device=rows.device))
 
 
+def fine_grained_sigmoid(
+    std_q: torch.Tensor,
+    std_c: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    component: bool = True,
+    instance: bool = True,
+    modality: bool = True,
+) -> torch.Tensor:
+    """Paper Eq. 16 on standard-deviation vectors (B, K, E) of matched queries and targets:
+    every component of either side is an anchor; its partner (the same component of the
+    other side of the same sample) is the positive, ``-log S(-(a d + b))``, and each
+    negative group (as in :func:`fine_grained_contrast`) adds ``-log S(a d + b)``, with
+    ``d`` the squared distance between the two vectors. The sum over an anchor's pairs is
+    averaged over anchors. Batched products only."""
+    s = torch.stack([std_q, std_c])  # (2 sides, B, K, E)
+    sides, n, k, _ = s.shape
+    squared = s.square().sum(-1)  # (2, B, K)
+
+    def distance(x_sq: torch.Tensor, y_sq: torch.Tensor, product: torch.Tensor) -> torch.Tensor:
+        return (x_sq + y_sq - 2.0 * product).clamp_min(0.0)
+
+    positive_d = (s[0] - s[1]).square().sum(-1)  # (B, K), the same for both anchor sides
+    total = -F.logsigmoid(-(a * positive_d + b)).sum() * sides
+    if component:
+        gram = torch.einsum("mbkd,nbld->mbknl", s, s)
+        d = distance(squared[:, :, :, None, None], squared.permute(1, 0, 2)[None, :, None], gram)
+        skip = torch.eye(k, dtype=torch.bool, device=s.device).view(1, 1, k, 1, k)
+        total = total - F.logsigmoid(a * d + b).masked_fill(skip, 0.0).sum()
+    other = ~torch.eye(n, dtype=torch.bool, device=s.device).view(1, n, 1, n)
+    for enabled, partner in ((instance, s), (modality, s.flip(0))):
+        if enabled:
+            gram = torch.einsum("mikd,mjkd->mikj", s, partner)
+            partner_sq = partner.square().sum(-1).permute(0, 2, 1)[:, None]  # (2, 1, K, B)
+            d = distance(squared[..., None], partner_sq, gram)
+            total = total - (F.logsigmoid(a * d + b) * other).sum()
+    return total / (sides * n * k)
+
+
 def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
     """Ranking loss on per-sample coordination uncertainty (B,): a matched (reference, text)
     pair should be at least ``margin`` less uncertain than the same reference with a
@@ -310,7 +376,7 @@ class HUG(Method):
     """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
 
     name = "hug"
-    version = "2"
+    version = "3"
     paper = (
         "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
         "Probabilistic Learning, AAAI 2026"
@@ -328,8 +394,15 @@ class HUG(Method):
             return UncertaintyHead(hidden, self.embed_dim, config.head_heads, config.head_dropout)
 
         self.visual_head, self.text_head, self.multimodal_head = head(), head(), head()
-        self.a = nn.Parameter(torch.tensor(float(config.init_a)))
+        self.log_a = nn.Parameter(torch.tensor(math.log(config.init_a)))
         self.b = nn.Parameter(torch.tensor(float(config.init_b)))
+        self.fc_log_a = nn.Parameter(torch.tensor(0.0))
+        self.fc_b = nn.Parameter(torch.tensor(float(config.fc_init_b)))
+
+    @property
+    def a(self) -> torch.Tensor:
+        """The holistic contrast's scale ``exp(log_a)``, positive by construction."""
+        return self.log_a.exp()
 
     def means(self, states: torch.Tensor) -> torch.Tensor:
         """Component means: ``vision_proj`` of query-token states, unit norm per component."""
@@ -398,10 +471,11 @@ class HUG(Method):
         scale = 1.0 / self.embed_dim
         parts = {"hc": holistic_contrast(expected_distance(mu_q, v["q"] * scale, mu_c, v_c * scale), self.a, self.b)}
         if config.fc_component or config.fc_instance or config.fc_modality:
-            parts["fc"] = fine_grained_contrast(
-                v["q"], v_c, config.fc_temperature, config.fc_component, config.fc_instance, config.fc_modality,
-                config.fc_centre,
-            )
+            groups = (config.fc_component, config.fc_instance, config.fc_modality)
+            if config.fc_form == "sigmoid":
+                parts["fc"] = fine_grained_sigmoid(v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups)
+            else:
+                parts["fc"] = fine_grained_contrast(v["q"], v_c, config.fc_temperature, *groups, config.fc_centre)
         if mismatched is not None:
             parts["cord"] = coordination_loss(v["m"][rows].sum((1, 2)), v["m_mis"].sum((1, 2)), config.cord_margin)
         scores = {

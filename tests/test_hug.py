@@ -50,7 +50,7 @@ def grads_of(method: H.HUG, loss: torch.Tensor) -> dict[str, bool]:
         "visual_head": list(method.visual_head.parameters()),
         "text_head": list(method.text_head.parameters()),
         "multimodal_head": list(method.multimodal_head.parameters()),
-        "ab": [method.a, method.b],
+        "ab": [method.log_a, method.b],
     }
     return {k: any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in ps) for k, ps in groups.items()}
 
@@ -322,3 +322,58 @@ def test_shapes_mini_run_reports_purity_rows_with_auroc(tmp_path: Path, cache_di
     scores = pd.read_parquet(tmp_path / "results" / "scores")
     assert len(scores) == 2 * 600 and np.isfinite(scores["score"]).all()
     assert set(scores["score_name"]) == set(purity["score_name"]) == {"noise_score", "overall_uncertainty"}
+
+
+def test_holistic_logits_start_on_either_side_of_the_balance_point() -> None:
+    """With 2(B-1) negatives per positive, a constant prediction balances at logit
+    ln 2(B-1). At initialisation a matched pair (identical means: only the variances part
+    them) must start below it and a pair of unrelated means (independent unit components)
+    above it; otherwise the negatives get no gradient and the loss only pulls pairs together
+    (the release's b = 0 freeze). Default sizes: batch 128, tiny's 8 components of 128."""
+    batch_size = 128
+    backbone = TinyBackbone(seed=0)
+    context = TrainingContext(num_train=batch_size, epochs=1, batch_size=batch_size, steps_per_epoch=1, seed=0,
+                              device=torch.device("cpu"), iterate=lambda shuffle=True: iter(()))
+    method = H.HUG(backbone, H.HUGConfig(), context)
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.nn.functional.layer_norm(torch.randn(2, batch_size, 16, 64, generator=g), (64,))
+    texts = [TEXTS[i % len(TEXTS)] for i in range(batch_size)]
+    text = backbone.tokenize(texts)
+    with torch.no_grad():
+        fused, target = backbone.compose(tokens[0], text).query, backbone.compose(tokens[1], None).query
+        v = method.variances(tokens[0], text, fused, None, target)
+        offset_q = v["q"].sum((1, 2)) / backbone.embed_dim
+        offset_c = v["c"].sum((1, 2)) / backbone.embed_dim
+        unit = torch.nn.functional.normalize(torch.randn(2, batch_size, backbone.num_query_tokens, backbone.embed_dim, generator=g), dim=-1)
+        apart = (unit[0].flatten(1) - unit[1].flatten(1)).square().sum(1)  # about 2 per component
+        positive = H.holistic_logits(offset_q + offset_c, method.a, method.b)
+        negative = H.holistic_logits(apart + offset_q + offset_c.roll(1), method.a, method.b)
+    balance = np.log(2 * (batch_size - 1))
+    assert positive.max() < balance < negative.min()
+    release = H.HUG(TinyBackbone(seed=0), H.HUGConfig(init_b=0.0), context)
+    assert H.holistic_logits(offset_q + offset_c, release.a, release.b).min() > balance  # the defect this guards
+
+
+def test_fine_grained_sigmoid_matches_its_definition() -> None:
+    """Eq. 16 as a sigmoid loss: brute force over anchors, partners and negative groups."""
+    g = torch.Generator().manual_seed(3)
+    sq, sc = torch.rand(3, 2, 4, generator=g), torch.rand(3, 2, 4, generator=g)
+    a, b = torch.tensor(1.3), torch.tensor(-0.4)
+    got = H.fine_grained_sigmoid(sq, sc, a, b)
+    sides = [sq, sc]
+    total, anchors = 0.0, 0
+    for m in range(2):
+        for i in range(3):
+            for k in range(2):
+                anchors += 1
+                x = sides[m][i, k]
+                total -= torch.nn.functional.logsigmoid(-(a * (x - sides[1 - m][i, k]).square().sum() + b))
+                for n in range(2):
+                    for l in range(2):
+                        if l != k:
+                            total -= torch.nn.functional.logsigmoid(a * (x - sides[n][i, l]).square().sum() + b)
+                for j in range(3):
+                    if j != i:
+                        for side in (sides[m], sides[1 - m]):
+                            total -= torch.nn.functional.logsigmoid(a * (x - side[j, k]).square().sum() + b)
+    torch.testing.assert_close(got, total / anchors)
