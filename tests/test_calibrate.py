@@ -20,7 +20,8 @@ SETTING = ("shapes", "tiny[cir]", "thirds")
 
 
 def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: dict[str, float],
-           auroc: dict[str, float] | None = None, reference: bool = False) -> None:
+           auroc: dict[str, float] | None = None, reference: bool = False, first: float = 0.9) -> None:
+    """One run of two epochs whose first reaches ``first`` of each final value."""
     run_id = f"{method}-{rate:g}-s{seed}"
     key = CellKey(run_id, method, *SETTING, float("nan") if reference else rate, seed)
     row = {"status": "completed", "error": "", "config": "{}", "method_version": "1", "method_source": "test",
@@ -31,7 +32,7 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
            "steps": 1, "model_seconds": 1.0, "seconds_per_step": 1.0, "n_dropped": 0, "dropped_path": "", "checkpoint_path": "",
            "n_warnings": 0}
     epochs = [0] if reference else [0, 1]
-    frame = pd.DataFrame([{"epoch": e, "split": "val", "group": "all", "metric": m, "value": v * (1 if e == epochs[-1] else 0.5),
+    frame = pd.DataFrame([{"epoch": e, "split": "val", "group": "all", "metric": m, "value": v * (1 if e == epochs[-1] else first),
                            "eval_protocol": "p"} for e in epochs for m, v in metrics.items()])
     tables = {"metrics": frame}
     if auroc:
@@ -41,10 +42,10 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
     store.write_run(key, row, tables)
 
 
-def _results(tmp_path: Path, oracle_80: float) -> Path:
+def _results(tmp_path: Path, oracle_80: float, sprc_first: float = 0.9) -> Path:
     store = ResultsStore(tmp_path / "results")
     for seed, wobble in ((0, 0.0), (1, 0.01), (2, -0.01)):
-        _write(store, "sprc", 0.0, seed, {"recall@10": 0.60 + wobble, "recall_subset@1": 0.55})
+        _write(store, "sprc", 0.0, seed, {"recall@10": 0.60 + wobble, "recall_subset@1": 0.55}, first=sprc_first)
         _write(store, "sprc", 0.5, seed, {"recall@10": 0.40 + wobble}, {"all": 0.8, "caption": 0.6, "reference": 0.9})
         _write(store, "sprc", 0.8, seed, {"recall@10": 0.30 + wobble})
         _write(store, "oracle", 0.5, seed, {"recall@10": 0.45 + wobble})
@@ -67,6 +68,17 @@ def test_checks_read_the_right_numbers(tmp_path: Path) -> None:
     premise = checks["small-loss premise"]
     assert premise.value == pytest.approx(0.8) and "caption 0.600" in premise.detail
     assert all(c.verdict == "pass" for c in checks.values()), [(c.name, c.value) for c in checks.values()]
+
+
+def test_gentle_reads_every_epoch(tmp_path: Path) -> None:
+    """The filter's lowest epoch against the start, and sprc's largest drop between epochs."""
+    checks = {c.name: c for c in calibration_checks(load_results(_results(tmp_path / "a", oracle_80=0.36)).settings[0])}
+    gentle = checks["gentle"]
+    # oracle at 80%: first epoch 0.9 x 0.35 = 0.315 (seed 2) against the start's 0.30; sprc only rises
+    assert gentle.value == pytest.approx(0.015) and gentle.verdict == "pass", gentle.detail
+    dipped = {c.name: c for c in calibration_checks(load_results(_results(tmp_path / "b", 0.36, sprc_first=1.02)).settings[0])}
+    # sprc at 0% falls from 1.02 x 0.61 to 0.61 (seed 1) between its two epochs: a drop of 0.0122
+    assert dipped["gentle"].value == pytest.approx(0.01 - 0.02 * 0.61) and dipped["gentle"].verdict == "FAIL"
 
 
 def test_a_missed_target_fails(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from cirbench.report.load import Setting, final_epoch, load_results
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
 PREMISE_RATE, PREMISE_EPOCH = 0.5, 1
+GENTLE_DROP = 0.01
+"""The most ``sprc``'s clean-data recall may lose from one epoch to the next (one point)."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,44 @@ def _check(name: str, figure: str, value: float, low: float | None = None, high:
     return Check(name, figure, value, low, high, ok, detail, strict)
 
 
-def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
-    """Per-run final-epoch ``metric`` of the headline group (FashionIQ's average, else ``all``)."""
+def _headline_rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Every epoch's validation ``metric`` of the headline group (FashionIQ's average, else ``all``)."""
     rows = frame[frame.split == "val"]
     group = "average" if (rows.group == "average").any() else "all"
-    rows = final_epoch(rows[(rows.group == group) & (rows.metric == metric)])
-    return rows.set_index("run_id").value
+    return rows[(rows.group == group) & (rows.metric == metric)]
+
+
+def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
+    """Per-run final-epoch ``metric`` of the headline group."""
+    return final_epoch(_headline_rows(frame, metric)).set_index("run_id").value
+
+
+def _curves(setting: Setting, method: str, rate: float, metric: str) -> dict[int, pd.Series]:
+    """Per seed, ``metric`` after every epoch (indexed by epoch) of ``method`` at ``rate``."""
+    runs = setting.runs[(setting.runs.method == method) & np.isclose(setting.runs.noise_rate, rate)]
+    rows = _headline_rows(setting.metrics, metric)
+    seeds = runs.set_index("run_id").seed
+    return {int(seeds[run]): part.set_index("epoch").value.sort_index()
+            for run, part in rows[rows.run_id.isin(seeds.index)].groupby("run_id")}
+
+
+def _gentle(setting: Setting, metric: str) -> Check:
+    """The fine-tune does not first wreck its start: after every epoch the perfect filter at
+    50% and 80% noise is at or above the start's recall, and ``sprc`` on clean data never
+    loses more than :data:`GENTLE_DROP` from one epoch to the next. The value is the worse
+    of the two slacks (the filter's lowest epoch minus the start; the allowed drop minus
+    ``sprc``'s largest), so it passes at >= 0."""
+    start = _reference(setting, "zero_shot", metric)
+    lows = {rate: min((float(c.min()) for c in _curves(setting, "oracle", rate, metric).values()), default=float("nan"))
+            for rate in CALIBRATION_RATES[1:]}
+    drops = [float(-c.diff().min()) for c in _curves(setting, "sprc", 0.0, metric).values() if len(c) > 1]
+    drop = max(drops) if drops else float("nan")
+    slack = min([low - start for low in lows.values()] + [GENTLE_DROP - drop])
+    label = metric.replace("recall@", "R@")
+    detail = ", ".join(f"oracle at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
+    detail += f"; sprc at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
+    return _check("gentle", f"worst slack: oracle epoch {label} - zero_shot, {GENTLE_DROP:g} - sprc 0% drop", slack, 0.0,
+                  None, detail, measurable=bool(drops) and all(map(math.isfinite, lows.values())))
 
 
 def _per_seed(setting: Setting, method: str, rate: float, metric: str) -> pd.Series:
@@ -134,6 +168,7 @@ def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Chec
     auroc, per_type = _premise(setting)
     checks.append(_check("small-loss premise", f"sprc per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
                          auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
+    checks.append(_gentle(setting, metric))
     return checks
 
 
