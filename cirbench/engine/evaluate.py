@@ -36,7 +36,7 @@ class Evaluation:
     ranks: pd.DataFrame
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate(
     method: Method,
     dataset: CIRDataset,

@@ -197,6 +197,8 @@ def train_cell(
             batch = make_batch(index)
             tick = time.perf_counter()
             out = method.training_step(batch, epoch, step)
+            if not torch.isfinite(out.loss):  # before the step, so a non-finite loss is never applied
+                raise FloatingPointError(f"{method_cls.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             if parallel:
@@ -206,8 +208,6 @@ def train_cell(
             optimizer.step()
             scheduler.step()
             model_seconds += time.perf_counter() - tick
-            if not torch.isfinite(out.loss):
-                raise FloatingPointError(f"{method_cls.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
             if out.noise_score is not None:
                 score[index] = out.noise_score.detach().float().cpu().numpy()
             if out.selected_clean is not None:
