@@ -31,9 +31,10 @@ Where the paper is ambiguous or disagrees with the released code (all documented
 ``docs/conesep.md``): Eq. 3 as printed and the release's fidelity are both available
 (``fidelity_variant``); how NBL's gradient flows and how the negative prompt starts
 (``nbl_gradient``, ``negative_init``); Eq. 7 is used as printed (interval ``[-alpha2, -alpha1]``); the
-logits of Eq. 12 are divided by ``tau`` like every other similarity in the paper; the OT
-plan is row-normalised before mixing with ``L`` (as in the release) so ``Y`` is a
-distribution, and, unlike the release, ``Y`` is not passed through another softmax.
+logits of Eq. 12 are the similarities as printed (``ul_temperature`` divides them by
+``tau``); the OT plan is row-normalised before mixing with ``L`` (as in the release) so
+``Y`` is a distribution, and, unlike the release, ``Y`` is not passed through another
+softmax (``label_softmax``).
 """
 
 from __future__ import annotations
@@ -111,7 +112,11 @@ class ConeSepConfig(MethodConfig):
     and ``F_c`` in Eq. 7 are constants) or ``all`` (the release: through the shared
     composer, the targets and ``F_c`` too); ``negative_init = random`` (an independent
     draw with the query tokens' standard deviation; the paper gives none) or ``copy`` (the
-    release: a copy of the query tokens).
+    release: a copy of the query tokens); ``ul_temperature`` (off: Eq. 12's logits are the
+    similarities as printed, which is also what the release feeds its ``log_softmax``; on:
+    divided by ``tau``, conesep v1-v2's reading, a 14 times stronger unlearning);
+    ``label_softmax`` (on: the release's extra softmax of ``Y``, which flattens it towards
+    uniform; off: ``Y`` as Eq. 11 gives it).
     """
 
     K: int = 4
@@ -145,6 +150,8 @@ class ConeSepConfig(MethodConfig):
     ranking_loss: RankingLoss = "rcl"
     nbl_gradient: NBLGradient = "prompt"
     negative_init: NegativeInit = "random"
+    ul_temperature: bool = False
+    label_softmax: bool = False
 
     def __post_init__(self) -> None:
         checks = {
@@ -288,9 +295,10 @@ def soft_label(cost: torch.Tensor, clean: torch.Tensor, gamma: float, epsilon: f
     return gamma * plan + (1.0 - gamma) * label
 
 
-def unlearning_loss(logits: torch.Tensor, label: torch.Tensor, tau: float) -> torch.Tensor:
-    """Eq. 12: ``KL(Y || softmax([s(F_c, F_t), s(F_neg, F_t)] / tau))``, mean over rows."""
-    return F.kl_div(F.log_softmax(logits / tau, dim=1), label, reduction="batchmean")
+def unlearning_loss(logits: torch.Tensor, label: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Eq. 12: ``KL(Y || softmax([s(F_c, F_t), s(F_neg, F_t)] / temperature))``, mean over
+    rows (temperature 1: the similarities as printed)."""
+    return F.kl_div(F.log_softmax(logits / temperature, dim=1), label, reduction="batchmean")
 
 
 # ----------------------------------------------------------------------------- the method
@@ -300,7 +308,7 @@ class ConeSep(Method):
     """ConeSep: GFQ partition, NBL warm-up, BTU unlearning (see the module docstring)."""
 
     name = "conesep"
-    version = "2"
+    version = "3"
     paper = "Li et al., ConeSep: Cone-based Robust Noise-Unlearning Compositional Network for CIR, CVPR 2026"
     Config = ConeSepConfig
     partitions = True
@@ -424,7 +432,9 @@ class ConeSep(Method):
             with torch.no_grad():
                 cost = unlearning_cost(sim, composed, negative, cfg.ot_negative)
                 label = soft_label(cost, clean, cfg.gamma, cfg.epsilon, cfg.sinkhorn_iterations, cfg.ot, cfg.sinkhorn_tol)
-            parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau)
+            if cfg.label_softmax:
+                label = torch.softmax(label, dim=1)
+            parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau if cfg.ul_temperature else 1.0)
         else:
             parts["ul"] = none
         diagnostics = {

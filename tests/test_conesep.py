@@ -435,3 +435,20 @@ def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch, cac
     assert np.isfinite(losses.value).all()
     runs = grid.store.read("runs")
     assert (runs.seconds_per_step > 0).all()
+
+
+def test_unlearning_logits_follow_eq12_as_printed(backbone_state, monkeypatch) -> None:
+    """Eq. 12's logits are the similarities themselves (as printed, and as the release feeds
+    them to log_softmax); ``ul_temperature`` divides them by tau; ``label_softmax`` is the
+    release's extra softmax of Y."""
+    import cirbench_methods.conesep as module
+
+    seen = []
+    real = module.unlearning_loss
+    monkeypatch.setattr(module, "unlearning_loss", lambda logits, label, t=1.0: seen.append((label, t)) or real(logits, label, t))
+    batch = make_batch(TinyBackbone(seed=0))
+    make_method(backbone_state).training_step(batch, 3, 0)
+    make_method(backbone_state, ul_temperature=True).training_step(batch, 3, 0)
+    make_method(backbone_state, label_softmax=True).training_step(batch, 3, 0)
+    assert [t for _, t in seen] == [1.0, 0.07, 1.0]
+    torch.testing.assert_close(seen[2][0], torch.softmax(seen[0][0], dim=1))
