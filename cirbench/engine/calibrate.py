@@ -19,6 +19,7 @@ import pandas as pd
 
 from cirbench.engine.grid import Grid, GridSpec, backbone_label, dataset_label
 from cirbench.report.load import Setting, final_epoch, load_results
+from cirbench.results.headline import headline_rows
 
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
@@ -73,10 +74,7 @@ def _check(name: str, figure: str, value: float, low: float | None = None, high:
 
 def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
     """Per-run final-epoch ``metric`` of the headline group (FashionIQ's average, else ``all``)."""
-    rows = frame[frame.split == "val"]
-    group = "average" if (rows.group == "average").any() else "all"
-    rows = final_epoch(rows[(rows.group == group) & (rows.metric == metric)])
-    return rows.set_index("run_id").value
+    return final_epoch(headline_rows(frame, metric)).set_index("run_id").value
 
 
 def _per_seed(setting: Setting, method: str, rate: float, metric: str) -> pd.Series:
