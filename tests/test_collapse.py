@@ -61,8 +61,11 @@ def test_a_total_loss_constant_over_an_epoch_is_flagged() -> None:
     frozen = [[4.1, 3.9, 3.7], [6.5155, 6.5155 + 1e-7, 6.5155 - 1e-7], [3.0, 2.9, 3.1]]
     reason = collapse_reason(_metrics([0.3, 0.4, 0.45]), _losses(frozen), TEXT_ONLY)
     assert reason == "total loss constant over epoch 2 (6.5155)"
+    # frozen at the constant-prediction value of two batch sizes (125, then 126 rows): still constant
+    two_sizes = [[6.5235] * 3 + [6.5155] * 5]
+    assert collapse_reason(_metrics([0.3]), _losses(two_sizes), TEXT_ONLY) == "total loss constant over epoch 1 (6.5185)"
     # a real loss moves by far more than the tolerance (1e-4 relative); an epoch of one step is not judged
-    assert collapse_reason(_metrics([0.3]), _losses([[6.5155, 6.5165]]), TEXT_ONLY) == ""
+    assert collapse_reason(_metrics([0.3]), _losses([[6.5155, 6.5185, 6.5135]]), TEXT_ONLY) == ""
     assert collapse_reason(_metrics([0.3]), _losses([[6.5155]]), TEXT_ONLY) == ""
 
 
