@@ -359,9 +359,11 @@ def _prepare_file_dataset(grid) -> None:
 
 def _summary(grid, outcomes) -> None:
     from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.results.headline import headline_rows
     from cirbench.results.store import MAIN_SCORE
 
     metrics = grid.store.read("metrics")
+    reasons = grid.store.read("runs").set_index("run_id").collapse_reason  # "" when healthy (cirbench.engine.collapse)
     purity = grid.store.read("purity")
     purity = purity[purity.score_name == MAIN_SCORE]
 
@@ -371,22 +373,29 @@ def _summary(grid, outcomes) -> None:
         table.add_column(column, justify="right" if column not in ("method", "status") else "left",
                          min_width={"method": 10, "status": 9}.get(column), overflow="fold")
     order = {name: i for i, name in enumerate(grid.spec.methods)}
+    flagged = []
     for o in sorted(outcomes, key=lambda o: (math.isnan(o.cell.key.noise_rate), order.get(o.cell.key.method, len(order)),
                                              o.cell.key.noise_rate, o.cell.key.seed)):  # grid order, reference rows last
         k = o.cell.key
         m = metrics[metrics.run_id == k.run_id]
-        m = m[m.group == ("average" if (m.group == "average").any() else "all")]  # FashionIQ: category average
+        m = headline_rows(m)  # FashionIQ: category average
         last = m[m.epoch == m.epoch.max()] if len(m) else m
         value = dict(zip(last.metric, last.value))
         p = purity[(purity.run_id == k.run_id) & (purity.noise_type == "all")]
         p = p[p.epoch == p.epoch.max()] if len(p) else p
         fmt = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"  # noqa: E731
+        reason = str(reasons.get(k.run_id, ""))
+        if reason:
+            flagged.append(f"{k.method} noise={k.noise_rate:g} seed={k.seed}: {reason}")
         table.add_row(
-            k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed), o.status,
+            k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed),
+            f"{o.status} [red]collapsed[/]" if reason else o.status,
             fmt(value.get("recall@1")), fmt(value.get("recall@10")), fmt(value.get("recall@50")),
             fmt(float(p.purity.iloc[0]) if len(p) else None), fmt(float(p.auroc.iloc[0]) if len(p) else None),
         )
     console.print(table)
+    for line in flagged:  # a flag, not a failure: the numbers above stay (docs/report.md)
+        console.print(f"[red]collapsed[/] {escape(line)}")
 
 
 def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:

@@ -12,7 +12,7 @@ import pytest
 
 from cirbench.engine.purity import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.claims import CLAIMS_TITLE, kept_set_check, paper_claims, verdict_summary
+from cirbench.report.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN
 from cirbench.results.store import KEY_COLUMNS, MAIN_SCORE, SCHEMAS, CellKey, ResultsStore
 
@@ -197,3 +197,25 @@ def test_ranks_that_do_not_line_up_make_a_check_inconclusive_not_an_error(tmp_pa
     (robust,) = [c for c in paper_claims(setting, n_resamples=50) if c.source.startswith("ConeSep Sec. 4.2")]
     check = robust.checks[0]
     assert check.label == "tme - sprc at 50%" and check.verdict == INCONCLUSIVE and "cannot compare" in check.numbers
+
+
+def test_a_check_on_a_collapsed_cell_is_inconclusive_and_names_it(tmp_path: Path) -> None:
+    cells = [(m, 0.5, s) for m in ("sprc", "conesep") for s in SEEDS]
+    for root in (tmp_path / "healthy", tmp_path / "collapsed"):
+        write_claims_results(root, cells)
+    tables, n_noisy = _cell("conesep", 0.5, 1)
+    ResultsStore(tmp_path / "collapsed").write_run(
+        CellKey("conesep-0.5-1", "conesep", "toy", "tiny", "thirds", 0.5, 1),
+        _run_row(n_noisy) | {"collapsed": True, "collapse_reason": "total loss constant over epoch 1 (0.9930)"}, tables)
+    checks = {}
+    for name in ("healthy", "collapsed"):
+        (setting,) = load_results(tmp_path / name).settings
+        (robust,) = [c for c in paper_claims(setting, n_resamples=100) if c.source.startswith("ConeSep Sec. 4.2")]
+        checks[name] = ({c.label: c for c in robust.checks}["conesep - sprc at 50%"], robust)
+    assert checks["healthy"][0].verdict == HOLDS and not checks["healthy"][0].collapsed
+    check, robust = checks["collapsed"]
+    assert check.verdict == INCONCLUSIVE and check.collapsed == ("conesep at 50% (seed 1)",)
+    assert check.numbers == checks["healthy"][0].numbers  # the numbers stay
+    assert robust.verdict_text == "inconclusive (collapsed: conesep at 50% (seed 1))"
+    assert "(inconclusive; collapsed: conesep at 50% (seed 1))" in check_line(check)
+    assert kept_set_check(setting, "conesep", 0.5).collapsed == ("conesep at 50% (seed 1)",)

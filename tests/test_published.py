@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
+from cirbench.report.load import COLLAPSE_MARK
 from cirbench.report.published import METRICS, PublishedFileError, load_published, read_published
 from fixtures import write_cirr, write_fashioniq
 
@@ -90,7 +91,8 @@ def test_the_report_sets_published_rows_and_gaps_beside_the_runs(results, tmp_pa
     assert done.exit_code == 0, done.output
     text = (out / "report.md").read_text()
     sections = {part.split(",", 1)[0]: part for part in text.split("\n## ")[1:]}
-    fiq, cirr = sections["fashioniq"], sections["cirr"]
+    # a one-epoch toy cell may be flagged collapsed (its rows marked †): not what this test checks
+    fiq, cirr = (sections[name].replace(COLLAPSE_MARK, "") for name in ("fashioniq", "cirr"))
     for section in (fiq, cirr):
         assert "### Published numbers and the reproduction gap" in section
         assert "| 0% | sprc (measured) |" in section and "| 50% | sprc (measured) |" in section

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -206,6 +207,38 @@ def test_ablation_rows_get_their_own_table_and_stay_out_of_the_ranking(tmp_path:
     assert [(rate, method) for rate, method, _ in table.rows] == [("20%", "robust"), ("", "robust:weak")]
     assert table.columns == ["R@10", "vs full"]
     assert table.rows[0][2][1].text == "-" and table.rows[1][2][1].text == "-10.00"
+
+
+def test_a_collapsed_cell_is_marked_in_every_table_and_listed_with_its_reason(built, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    write_results(root, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))
+    reason = "R@10 0.005 below text_only 0.013 at the final epoch (2)"
+    tables, n_noisy = _tables("robust", 0.2, 0)
+    ResultsStore(root).write_run(CellKey("robust-0.2-0", "robust", "toy", "tiny", "thirds", 0.2, 0),
+                                 _run_row("robust", "completed") | {"n_noisy": n_noisy, "collapsed": True,
+                                                                    "collapse_reason": reason}, tables)
+    page = build_report(root, tmp_path / "report")
+    markdown = (page.parent / "report.md").read_text(encoding="utf-8")
+    for title in ("Retrieval", "Gain over sprc", "Kept-set purity and noise detection"):
+        table = markdown.split(f"### {title}", 1)[1].split("###", 1)[0]
+        assert "robust†" in table and "robust at 20% on 1 of 2 seeds" in table, title  # the row and its footnote
+    assert "| sprc |" in markdown.split("### Retrieval", 1)[1].split("###", 1)[0]  # a healthy row is not marked
+    assert "20%: robust† (50.50)" in markdown  # at a glance
+    section = markdown.split("### Collapsed cells", 1)[1].split("###", 1)[0]
+    assert f"| robust | 20% | 0 | {reason} |" in section and "never a robustness result" in section
+    text = page.read_text(encoding="utf-8")
+    assert "robust†" in text and reason in text
+    assert "No cell is flagged collapsed." in (built[1].parent / "report.md").read_text(encoding="utf-8")
+
+
+def test_results_written_before_the_collapse_guard_still_read(tmp_path: Path) -> None:
+    write_results(tmp_path, methods=("sprc",), rates=(0.2,), seeds=(0, 1))
+    for part in (tmp_path / "runs").glob("*.parquet"):  # as a results folder of an earlier version wrote them
+        pq.write_table(pq.read_table(part).drop_columns(["collapsed", "collapse_reason"]), part)
+    runs = ResultsStore(tmp_path).read("runs")
+    assert runs.collapsed.tolist() == [False, False] and runs.collapse_reason.tolist() == ["", ""]
+    (setting,) = load_results(tmp_path).settings
+    assert setting.collapsed.empty and setting.label("sprc", 0.2) == "sprc"
 
 
 def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from cirbench.engine.grid import Grid, GridSpec, backbone_label, dataset_label
 from cirbench.report.load import Setting, final_epoch, load_results
+from cirbench.results.headline import headline_rows
 
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
@@ -73,22 +74,15 @@ def _check(name: str, figure: str, value: float, low: float | None = None, high:
     return Check(name, figure, value, low, high, ok, detail, strict)
 
 
-def _headline_rows(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Every epoch's validation ``metric`` of the headline group (FashionIQ's average, else ``all``)."""
-    rows = frame[frame.split == "val"]
-    group = "average" if (rows.group == "average").any() else "all"
-    return rows[(rows.group == group) & (rows.metric == metric)]
-
-
 def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
     """Per-run final-epoch ``metric`` of the headline group."""
-    return final_epoch(_headline_rows(frame, metric)).set_index("run_id").value
+    return final_epoch(headline_rows(frame, metric)).set_index("run_id").value
 
 
 def _curves(setting: Setting, method: str, rate: float, metric: str) -> dict[int, pd.Series]:
     """Per seed, ``metric`` after every epoch (indexed by epoch) of ``method`` at ``rate``."""
     runs = setting.runs[(setting.runs.method == method) & np.isclose(setting.runs.noise_rate, rate)]
-    rows = _headline_rows(setting.metrics, metric)
+    rows = headline_rows(setting.metrics, metric)
     seeds = runs.set_index("run_id").seed
     return {int(seeds[run]): part.set_index("epoch").value.sort_index()
             for run, part in rows[rows.run_id.isin(seeds.index)].groupby("run_id")}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 
 import cirbench
@@ -22,10 +23,11 @@ from cirbench.data.base import CIRDataset
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
+from cirbench.engine.collapse import collapse_reason, final_recall
 from cirbench.engine.distributed import is_main_process, main_process_first, world_size
 from cirbench.engine.evaluate import evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
-from cirbench.engine.reference import REFERENCE_ROWS
+from cirbench.engine.reference import REFERENCE_ROWS, TextOnly
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
@@ -257,6 +259,7 @@ class Grid:
                 noise_manifest_hash=manifest.hash, noise_manifest_path=str(manifest.save(spec.output / "manifests")),
                 n_train=len(noisy), n_noisy=int(manifest.is_noisy.sum()),
             )
+            text_only = self.text_only_recall(key, dataset, backbone, tokens)  # before training: the starting backbone
             result = train_cell(
                 cell.method_cls, cell.config, backbone, dataset, noisy, manifest, tokens,
                 spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
@@ -266,9 +269,11 @@ class Grid:
             if spec.save and is_main_process():  # under torchrun, rank 0 alone writes the weights
                 row["checkpoint_path"] = str(self.save_checkpoint(cell, result, backbone, dataset))
             confirm_cell()  # under torchrun: every rank finished the cell (or a failure elsewhere surfaces here)
+            reason = collapse_reason(tables["metrics"], tables["losses"], text_only)  # a flag, not a failure
             row.update(
                 status="completed", steps=result.steps, model_seconds=result.model_seconds,
                 seconds_per_step=result.model_seconds / max(result.steps, 1),
+                collapsed=bool(reason), collapse_reason=reason,
             )
             outcome = CellOutcome(cell, "completed", result.final, result=result)
         except KeyboardInterrupt:
@@ -329,11 +334,7 @@ class Grid:
         tables, outcome = {}, CellOutcome(cell, "failed")
         try:
             dataset, backbone, tokens = self._start(key, row, announce)
-            device = torch.device(spec.device)
-            method = cell.method_cls(backbone, cell.config, None).to(device)
-            evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
-            final = evaluation.results
-            tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe()), "ranks": evaluation.ranks}
+            final, tables = self._evaluate_reference(cell, dataset, backbone, tokens)
             confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
             outcome = CellOutcome(cell, "completed", final)
@@ -341,6 +342,26 @@ class Grid:
             outcome = _failed(cell, row, exc)
         self._finish(key, row, started, tables)
         return outcome
+
+    def _evaluate_reference(self, cell: Cell, dataset: CIRDataset, backbone, tokens) -> tuple[dict, dict[str, pd.DataFrame]]:
+        """A reference row's results and its ``metrics`` and ``ranks`` tables, from ``backbone`` untrained."""
+        device = torch.device(self.spec.device)
+        method = cell.method_cls(backbone, cell.config, None).to(device)
+        evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
+        metrics = metrics_frame(evaluation.results, 0, "val", dataset.protocol.describe())
+        return evaluation.results, {"metrics": metrics, "ranks": evaluation.ranks}
+
+    def text_only_recall(self, key: CellKey, dataset: CIRDataset, backbone, tokens) -> float:
+        """The ``text_only`` reference row's headline R@10 for ``key``'s seed, which the
+        collapse guard compares with (:mod:`cirbench.engine.collapse`): as this grid's store
+        holds it, else evaluated now with ``backbone``, the cell's starting backbone (a
+        ``--launcher`` job runs no reference rows)."""
+        ref = next(c for c in self.reference_cells() if c.key.method == TextOnly.name and c.key.seed == key.seed)
+        if self.store.is_complete(ref.key.run_id):
+            metrics = pd.read_parquet(self.store.part("metrics", ref.key.run_id))
+        else:
+            metrics = self._evaluate_reference(ref, dataset, backbone, tokens)[1]["metrics"]
+        return final_recall(metrics)
 
     def save_checkpoint(self, cell: Cell, result: TrainResult, backbone, dataset: CIRDataset) -> Path:
         """Save a trained cell's weights to ``<output>/checkpoints/<run_id>.pt`` (see :mod:`cirbench.checkpoint`)."""

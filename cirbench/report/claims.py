@@ -8,6 +8,10 @@ combines them (:func:`~cirbench.report.significance.combine_verdicts`). A check 
 (method, variant, noise rate or seeds) are not in the results is "not run", never an error.
 Recall is the setting's headline column, as the report's tables pick it
 (:func:`~cirbench.report.tables.headline_column`), as a fraction.
+
+A check that reads a cell flagged collapsed on any seed (:mod:`cirbench.engine.collapse`)
+is inconclusive whatever its intervals say, and names the cell: a collapse is a defect to
+explain, never a robustness result (its numbers are still shown).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ VERDICT_RULE = (
     "bootstrap interval (validation queries, or training samples for purity and AUROC) lie above the threshold "
     "(0; -0.01 for 'loses no more than a point'), does not hold when both lie below it, and is inconclusive "
     "otherwise or with fewer than two seeds; a kept set is cleaner than chance on a seed when the hypergeometric "
-    "p < 0.01. A claim holds if all its checks hold, does not hold if any does not, and is not run if none could run."
+    "p < 0.01. A check that reads a cell flagged collapsed (see Collapsed cells) is inconclusive whatever its intervals. "
+    "A claim holds if all its checks hold, does not hold if any does not, and is not run if none could run."
 )
 
 
@@ -56,6 +61,8 @@ class Check:
     label: str
     verdict: str
     numbers: str
+    collapsed: tuple[str, ...] = ()
+    """The cells read by the check that collapsed, e.g. ``hug at 50% (seed 0)``."""
 
 
 @dataclass
@@ -70,6 +77,37 @@ class Claim:
     def verdict(self) -> str:
         """The checks' verdicts combined (all hold: holds; any does not hold: does not hold)."""
         return combine_verdicts(c.verdict for c in self.checks)
+
+    @property
+    def collapsed(self) -> list[str]:
+        """The collapsed cells any of its checks read, in order, each once."""
+        return list(dict.fromkeys(cell for c in self.checks for cell in c.collapsed))
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as the report prints it: with the collapsed cells named, if any."""
+        return f"{self.verdict} (collapsed: {', '.join(self.collapsed)})" if self.collapsed else self.verdict
+
+
+def _collapsed_cells(runs: pd.DataFrame, terms: Sequence[Term]) -> tuple[str, ...]:
+    """The cells of ``terms`` flagged collapsed on any seed among ``runs``, e.g. ``hug at 50% (seeds 0, 2)``."""
+    if "collapsed" not in runs.columns:
+        return ()
+    flagged = runs[runs.collapsed.eq(True)]
+    cells = []
+    for term in dict.fromkeys(Term(t.method, t.rate) for t in terms):
+        seeds = sorted(cell_runs(flagged, term))
+        if seeds:
+            cells.append(f"{term.method} at {rate_label(term.rate)} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})")
+    return tuple(cells)
+
+
+def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
+    """``check``, inconclusive and naming them when a cell it reads collapsed (unless not run)."""
+    cells = _collapsed_cells(runs, terms)
+    if not cells or check.verdict == NOT_RUN:
+        return check
+    return Check(check.label, INCONCLUSIVE, check.numbers, cells)
 
 
 class _Evidence:
@@ -112,7 +150,7 @@ class _Evidence:
             result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
         except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return Check(label, result.verdict, result.numbers())
+        return _guarded(Check(label, result.verdict, result.numbers()), self.runs, terms)
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
                      noise_type: str | None = None, offset: float = 0.0) -> Check:
@@ -130,7 +168,7 @@ class _Evidence:
             )
         except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return Check(label, result.verdict, result.numbers())
+        return _guarded(Check(label, result.verdict, result.numbers()), self.runs, terms)
 
     def _sample_point(self, scores: pd.DataFrame, run_id: str, metric: str, noise_type: str | None) -> float:
         values = self.samples.values(scores, [run_id], metric, noise_type, resampled=False)
@@ -221,8 +259,8 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
         verdicts.append(test.verdict())
         parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance (p={test.p_cleaner:.1g})")
     if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
-        return Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"]))
-    return Check(label, combine_verdicts(verdicts), "; ".join(parts))
+        return _guarded(Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"])), setting.runs, [Term(method, rate)])
+    return _guarded(Check(label, combine_verdicts(verdicts), "; ".join(parts)), setting.runs, [Term(method, rate)])
 
 
 def _kept_sets_beat_chance(ev: _Evidence) -> Claim:
@@ -270,6 +308,7 @@ def verdict_summary(claims: Sequence[Claim]) -> str:
 
 
 def check_line(check: Check) -> str:
-    """One check as text: ``label: numbers (verdict)``."""
-    return f"{check.label}: {check.numbers} ({check.verdict})"
+    """One check as text: ``label: numbers (verdict)``, the verdict naming any collapsed cell."""
+    collapsed = f"; collapsed: {', '.join(check.collapsed)}" if check.collapsed else ""
+    return f"{check.label}: {check.numbers} ({check.verdict}{collapsed})"
 

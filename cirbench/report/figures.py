@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
+from cirbench.report.load import COLLAPSE_MARK, NOISE_TYPES, Setting, final_epoch
 from cirbench.report.references import REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
@@ -56,6 +56,20 @@ def method_styles(setting: Setting) -> dict[str, dict]:
 
 def _label(setting: Setting, method: str) -> str:
     return setting.label(method)
+
+
+def _ring_collapsed(ax: Axes, setting: Setting, method: str, rates, x, y) -> bool:
+    """Ring the points (``x``, ``y``) of ``method`` whose noise rate collapsed on any seed;
+    whether any was ringed."""
+    hit = [i for i, rate in enumerate(rates) if setting.collapse_mark(method, float(rate))]
+    if hit:
+        ax.scatter(np.asarray(x)[hit], np.asarray(y)[hit], s=140, facecolors="none", edgecolors="red", linewidths=1.6, zorder=5)
+    return bool(hit)
+
+
+def _collapse_handle() -> Line2D:
+    return Line2D([], [], marker="o", markersize=10, markerfacecolor="none", markeredgecolor="red", linestyle="none",
+                  label=f"{COLLAPSE_MARK} collapsed on a seed")
 
 
 def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width: float = 8.0) -> tuple[Figure, list[Axes]]:
@@ -108,7 +122,7 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     references_columns = set(references["mean"].columns) if len(references) else set()
     title = f"Final-epoch validation recall vs noise rate (mean ± std over seeds): {setting.describe()}"
     fig, axes = _grid(len(columns), 4, 3.6, 2.9, title)
-    rates = setting.rates
+    rates, ringed = setting.rates, False
     for ax, column in zip(axes, columns):
         for method in setting.methods:
             if method not in stats.index.get_level_values("method"):
@@ -118,6 +132,7 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
             mean, std = rows[("mean", column)].to_numpy(), rows[("std", column)].fillna(0).to_numpy()
             ax.plot(x, mean, **styles[method], label=_label(setting, method))
             ax.fill_between(x, mean - std, mean + std, color=styles[method]["color"], alpha=0.15, linewidth=0)
+            ringed |= _ring_collapsed(ax, setting, method, rows.index, x, mean)
         for name in references.index if column in references_columns else []:
             value = references.loc[name, ("mean", column)]
             if pd.notna(value):
@@ -126,11 +141,13 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_ylabel(f"{column} (%)")
         _rate_axis(ax, rates)
     _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles,
-                   extra=[Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index], ncols=5)
+                   extra=[Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index]
+                   + ([_collapse_handle()] if ringed else []), ncols=5)
     return _save(fig, out, "recall_vs_noise", "Recall vs noise rate",
                  "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
-                 "alone; text_only: the text alone) and the bound: sprc trained on the uncorrupted triplets.")
+                 "alone; text_only: the text alone) and the bound: sprc trained on the uncorrupted triplets. A red ring "
+                 "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).")
 
 
 def _counts(setting: Setting) -> pd.DataFrame:
@@ -171,7 +188,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         for xi, c, n in zip(x, clean, noisy):
             if np.isfinite(c) and c + n > 0:
                 ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(x, [rate_label(r) for r in rates])
+        ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) for r in rates])
         ax.set_ylim(0, top * 1.15)
         ax.set_title(_label(setting, method))
         ax.set_xlabel("noise rate")
@@ -191,7 +208,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
                  "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
                  "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
-                 "samples only where its blue part rises above the tick.")
+                 f"samples only where its blue part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed.")
 
 
 def _by_type(setting: Setting) -> pd.DataFrame:
@@ -214,6 +231,12 @@ def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str],
     ax.set_xticks(x, list(NOISE_TYPES))
     ax.set_xlabel("noise type (what was swapped)")
     ax.grid(axis="y", alpha=0.3)
+
+
+def _collapsed_at(setting: Setting, methods: list[str], rate: float) -> str:
+    """A panel title's note of the ``methods`` that collapsed on a seed at ``rate``, e.g. ``(† hug)``."""
+    flagged = [m for m in methods if setting.collapse_mark(m, rate)]
+    return f" ({COLLAPSE_MARK} {', '.join(flagged)})" if flagged else ""
 
 
 def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
@@ -250,13 +273,13 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
                     ax.axhline(100.0 * share, color=styles[method]["color"], linestyle="--", linewidth=1.1)
                 ax.set_ylim(0, 105)
                 ax.set_ylabel("noisy samples caught (%)")
-                ax.set_title(f"caught (not kept as clean), noise {rate_label(rate)}")
+                ax.set_title(f"caught (not kept as clean), noise {rate_label(rate)}{_collapsed_at(setting, methods, rate)}")
             else:
                 _grouped_bars(ax, at_rate, "auroc", methods, styles, 1.0)
                 ax.axhline(0.5, color="0.4", linestyle=":", linewidth=1)
                 ax.set_ylim(0, 1.05)
                 ax.set_ylabel("AUROC, clean vs this type")
-                ax.set_title(f"noise-score AUROC, noise {rate_label(rate)}")
+                ax.set_title(f"noise-score AUROC, noise {rate_label(rate)}{_collapsed_at(setting, methods, rate)}")
     handles = [Patch(facecolor=styles[m]["color"], hatch="//" if m in setting.oracles else None, edgecolor="white",
                      label=_label(setting, m)) for m in used]
     if any(flagged.values()) and not caught.empty:
@@ -304,7 +327,7 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
             for mask, colour, label in ((~noisy, CLEAN_COLOUR, "clean"), (noisy, NOISY_COLOUR, "noisy")):
                 if mask.any():
                     ax.hist(values[mask], bins=bins, density=True, color=colour, alpha=0.6, label=label)
-            ax.set_title(f"{_label(setting, method)}, noise {rate_label(rate)}", fontsize=9)
+            ax.set_title(f"{setting.label(method, rate)}, noise {rate_label(rate)}", fontsize=9)
             ax.set_xlabel("noise score")
             ax.set_ylabel("density")
     fig.legend(handles=[Patch(color=CLEAN_COLOUR, alpha=0.6, label="truly clean"),
@@ -343,7 +366,7 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
                 continue
             spread = f" ± {np.std(aucs, ddof=1):.3f}" if len(aucs) > 1 else ""
             ax.plot(grid, np.mean(curves, axis=0), color=styles[method]["color"], linestyle=styles[method]["linestyle"],
-                    label=f"{_label(setting, method)}: AUROC {np.mean(aucs):.3f}{spread}")
+                    label=f"{setting.label(method, rate)}: AUROC {np.mean(aucs):.3f}{spread}")
         ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1, label="chance")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.01)
@@ -380,7 +403,7 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
     styles = method_styles(setting)
     rates = setting.rates
     fig, axes = _grid(len(rates), 4, 3.6, 2.9, f"Validation {column} per epoch (mean ± std over seeds): {setting.describe()}")
-    used = []
+    used, ringed = [], False
     for ax, rate in zip(axes, rates):
         for method in setting.methods:
             cell = frame[(frame.method == method) & (frame.noise_rate == rate)]
@@ -391,6 +414,7 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
             ax.plot(x, stats["mean"], **styles[method])
             ax.fill_between(x, stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
                             color=styles[method]["color"], alpha=0.15, linewidth=0)
+            ringed |= _ring_collapsed(ax, setting, method, [rate], x[-1:], stats["mean"].to_numpy()[-1:])
             if method not in used:
                 used.append(method)
         ax.set_title(f"noise {rate_label(rate)}")
@@ -398,9 +422,10 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_ylabel(f"validation {column} (%)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-    _method_legend(fig, setting, [m for m in setting.methods if m in used], styles)
+    _method_legend(fig, setting, [m for m in setting.methods if m in used], styles, extra=[_collapse_handle()] if ringed else None)
     return _save(fig, out, "validation_curves", f"Validation {column} per epoch",
-                 "How retrieval develops during training at each noise rate.")
+                 "How retrieval develops during training at each noise rate; a red ring on the last epoch marks a "
+                 "method that collapsed on a seed at that rate (see Collapsed cells).")
 
 
 def _loss_curves(setting: Setting, method: str) -> pd.DataFrame:
@@ -451,12 +476,13 @@ def training_curves(setting: Setting, method: str, out: Path) -> FigureFile | No
         ax.set_ylabel(f"{column} (%)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=c, label=f"noise {rate_label(r)}") for c, r in zip(colours, rates)]
+    handles = [Line2D([], [], color=c, label=f"noise {rate_label(r)}{setting.collapse_mark(method, r)}") for c, r in zip(colours, rates)]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in method)
     return _save(fig, out, f"training_{safe}", f"Training curves: {_label(setting, method)}",
                  "The total loss and each component the method logs, per step (mean over seeds, lightly smoothed; "
-                 "x in epochs), and the validation recall after each epoch, one line per noise rate.")
+                 f"x in epochs), and the validation recall after each epoch, one line per noise rate ({COLLAPSE_MARK}: "
+                 "collapsed on a seed at that rate).")
 
 
 def all_figures(setting: Setting, out: Path) -> list[FigureFile]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cirbench.report.load import NOISE_TYPES, Setting, final_epoch
+from cirbench.report.load import COLLAPSE_MARK, NOISE_TYPES, Setting, final_epoch
 from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
 
 
@@ -23,7 +23,8 @@ def _best_purity(setting: Setting) -> list[str]:
     parts = []
     for rate in sorted(means.index.get_level_values(0).unique()):
         block = means.xs(rate)
-        parts.append(f"{rate_label(rate)}: {block.idxmax()} ({100 * block.max():.1f}% clean; "
+        best = str(block.idxmax())
+        parts.append(f"{rate_label(rate)}: {best}{setting.collapse_mark(best, rate)} ({100 * block.max():.1f}% clean; "
                      f"a random subset: {100 * clean_share[rate]:.1f}%)")
     return ["Cleanest kept set: " + "; ".join(parts) + "."]
 
@@ -46,19 +47,24 @@ def _misses(setting: Setting) -> list[str]:
             shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{block.min():.2f}"
             if value == "noise_recall" and method in flagged.get(float(rate), {}):
                 shown += f" of them, flags {100 * flagged[float(rate)][method]:.0f}% of all samples"
-            parts.append(f"{rate_label(rate)}: {block.idxmin()} ({what} {shown})")
+            parts.append(f"{rate_label(rate)}{setting.collapse_mark(method, rate)}: {block.idxmin()} ({what} {shown})")
         lines.append(f"{method} misses most: " + "; ".join(parts) + ".")
     return lines
 
 
 def at_a_glance(setting: Setting) -> list[str]:
-    """Plain-text sentences answering: who is best, whose kept set is cleanest, what is missed."""
+    """Plain-text sentences answering: who is best, whose kept set is cleanest, what is missed
+    (a method at a rate where it collapsed on any seed marked as the tables mark it)."""
     lines = []
     best = best_per_rate(setting)
     if best:
         column = best[0][1]
         lines.append(
             f"Best on {column} (perfect filters and ablation rows excluded): "
-            + "; ".join(f"{rate_label(rate)}: {method} ({value:.2f})" for rate, _, method, value in best) + "."
+            + "; ".join(f"{rate_label(rate)}: {setting.label(method, rate)} ({value:.2f})" for rate, _, method, value in best) + "."
         )
+    flagged = setting.collapsed
+    if len(flagged):
+        lines.append(f"{COLLAPSE_MARK} {len(flagged)} run(s) flagged collapsed (below the text_only row or a constant loss): "
+                     "a defect to explain, not a robustness result; see Collapsed cells.")
     return lines + _best_purity(setting) + _misses(setting)

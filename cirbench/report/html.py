@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
 from cirbench.report.content import ReportContent
+from cirbench.report.load import Setting
 from cirbench.report.tables import to_html
 
 STYLE = """
@@ -60,6 +62,17 @@ def problems_html(problems: pd.DataFrame) -> str:
     return f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
+def collapsed_html(setting: Setting) -> str:
+    """The setting's collapsed cells as an HTML table, after the rule (or a line saying none)."""
+    rows = collapsed_rows(setting)
+    if not rows:
+        return f'<p class="note">{html.escape(NONE_COLLAPSED)} {html.escape(COLLAPSE_RULE)}</p>'
+    head = "".join(f"<th>{h}</th>" for h in ("Method", "Noise", "Seed", "Reason"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<p class="note">{html.escape(COLLAPSE_RULE)}</p>'
+            f'<table class="problems collapsed"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
 def claims_html(claims: list[Claim]) -> str:
     """The claims as an HTML table, each verdict coloured by its kind."""
     head = "".join(f"<th>{h}</th>" for h in ("Claim", "Source", "Numbers", "Verdict"))
@@ -68,7 +81,7 @@ def claims_html(claims: list[Claim]) -> str:
         numbers = "<br>".join(html.escape(check_line(c)) for c in claim.checks)
         kind = claim.verdict.replace(" ", "-")
         rows.append(f"<tr><td>{html.escape(claim.text)}</td><td>{html.escape(claim.source)}</td>"
-                    f'<td class="numbers">{numbers}</td><td class="verdict {kind}">{html.escape(claim.verdict)}</td></tr>')
+                    f'<td class="numbers">{numbers}</td><td class="verdict {kind}">{html.escape(claim.verdict_text)}</td></tr>')
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -88,6 +101,7 @@ def render_html(content: ReportContent) -> str:
             out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(claims_intro(section.claims_metric))}</p>',
                     f"<p><strong>{html.escape(verdict_summary(section.claims))}</strong></p>",
                     claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
+        out += [f"<h3>{html.escape(COLLAPSED_TITLE)}</h3>", collapsed_html(section.setting)]
         for table in section.tables:
             out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]
         for figure in section.figures:

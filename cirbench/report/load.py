@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from cirbench.results.store import MAIN_SCORE, ResultsStore
@@ -15,6 +16,8 @@ SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
+COLLAPSE_MARK = "†"
+"""The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.engine.collapse`)."""
 
 
 class ReportError(ValueError):
@@ -83,11 +86,30 @@ class Setting:
         frame = self.scores if name == MAIN_SCORE else self.extra_scores
         return frame[frame.score_name == name] if len(frame) else frame
 
-    def label(self, method: str) -> str:
-        """A method's display name; oracles are marked as the perfect filters they are."""
+    def label(self, method: str, rate: float | None = None) -> str:
+        """A method's display name; oracles are marked as the perfect filters they are, and
+        with ``rate`` a cell collapsed on any seed gets :data:`COLLAPSE_MARK`."""
+        mark = "" if rate is None else self.collapse_mark(method, rate)
         if method in self.oracles:
-            return f"{method} (perfect filter)"
-        return method
+            return f"{method} (perfect filter){mark}"
+        return f"{method}{mark}"
+
+    @property
+    def collapsed(self) -> pd.DataFrame:
+        """The runs flagged collapsed (:mod:`cirbench.engine.collapse`), by method, rate and seed."""
+        runs = self.runs
+        flagged = runs[runs.collapsed.eq(True)] if "collapsed" in runs.columns else runs.iloc[:0]
+        return flagged.sort_values(["method", "noise_rate", "seed"])
+
+    def collapse_counts(self, method: str, rate: float) -> tuple[int, int]:
+        """(seeds on which the cell collapsed, seeds it was run on) of ``method`` at ``rate``."""
+        cell = self.runs[(self.runs.method == method) & np.isclose(self.runs.noise_rate.astype(float), rate)]
+        flagged = cell.collapsed.eq(True).sum() if "collapsed" in cell.columns else 0
+        return int(flagged), len(cell)
+
+    def collapse_mark(self, method: str, rate: float) -> str:
+        """:data:`COLLAPSE_MARK` when ``method`` at ``rate`` collapsed on any seed, else ``""``."""
+        return COLLAPSE_MARK if self.collapse_counts(method, rate)[0] else ""
 
     @property
     def rates(self) -> list[float]:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
 from cirbench.report.content import ReportContent
+from cirbench.report.load import Setting
 from cirbench.report.tables import to_markdown
 
 
@@ -24,6 +26,16 @@ def problems_markdown(problems: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def collapsed_markdown(setting: Setting) -> str:
+    """The setting's collapsed cells as a Markdown table, after the rule (or a line saying none)."""
+    rows = collapsed_rows(setting)
+    if not rows:
+        return f"{NONE_COLLAPSED} {COLLAPSE_RULE}"
+    lines = [COLLAPSE_RULE, "", "| Method | Noise | Seed | Reason |", "|:--|:--|:--|:--|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def claims_markdown(claims: list[Claim]) -> str:
     """The claims as a Markdown table: claim, source, the checks' numbers, the verdict."""
     def cell(text: str) -> str:
@@ -32,7 +44,7 @@ def claims_markdown(claims: list[Claim]) -> str:
     lines = ["| Claim | Source | Numbers | Verdict |", "|:--|:--|:--|:--|"]
     for claim in claims:
         numbers = "<br>".join(cell(check_line(c)) for c in claim.checks)
-        lines.append(f"| {cell(claim.text)} | {cell(claim.source)} | {numbers} | **{claim.verdict}** |")
+        lines.append(f"| {cell(claim.text)} | {cell(claim.source)} | {numbers} | **{cell(claim.verdict_text)}** |")
     return "\n".join(lines)
 
 
@@ -46,6 +58,7 @@ def render_markdown(content: ReportContent, output: Path) -> str:
         if section.claims:
             parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric), "",
                       f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
+        parts += [f"### {COLLAPSED_TITLE}", "", collapsed_markdown(section.setting), ""]
         for table in section.tables:
             parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
         for figure in section.figures:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cirbench.report.load import Setting
 from cirbench.report.published import METRICS, load_published
-from cirbench.report.tables import Cell, TableModel, rate_label, run_columns, summarize, validation_split
+from cirbench.report.tables import Cell, TableModel, collapse_note, rate_label, run_columns, summarize, validation_split
 
 
 def dataset_family(dataset: str) -> str:
@@ -64,6 +64,7 @@ def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) 
     means = summarize(setting, per_run)["mean"]
     rows: list[tuple[str, str, list[Cell]]] = []
     shown: dict[tuple, pd.Series] = {}
+    measured: list[tuple[str, float]] = []
     for rate in sorted(means.index.get_level_values("noise_rate").unique()):
         block = means.xs(rate, level="noise_rate")
         first = True
@@ -71,7 +72,8 @@ def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) 
             matches = refs[(refs.cirbench_method == method.split(":", 1)[0]) & ((refs.noise_rate - rate).abs() < 1e-9)]
             if matches.empty:
                 continue
-            rows.append((rate_label(rate) if first else "", f"{setting.label(method)} (measured)", _cells(block.loc[method], columns)))
+            rows.append((rate_label(rate) if first else "", f"{setting.label(method, rate)} (measured)", _cells(block.loc[method], columns)))
+            measured.append((method, rate))
             first = False
             for ref in (pd.Series(r) for r in matches.to_dict("records")):
                 published = ref[columns].astype(float)
@@ -88,6 +90,6 @@ def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) 
     note = (
         f"Percent; measured rows are the final-epoch mean over seeds on split {split} "
         f"(protocol {', '.join(sorted(protocols)) or 'unknown'}, backbone {setting.backbone}; ConeSep and HUG "
-        "train on BLIP-2); gap = measured - published, in points. " + " ".join(notes)
+        "train on BLIP-2); gap = measured - published, in points. " + " ".join(notes) + collapse_note(setting, measured)
     )
     return TableModel("Published numbers and the reproduction gap", columns, rows, note)

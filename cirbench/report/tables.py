@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cirbench.report.load import Setting, final_epoch
+from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
 
 # Groups and metrics a dataset's summarize function adds (FashionIQ's "average" group, CIRR's
 # "mean(recall@5,recall_subset@1)"); the report recomputes those averages itself.
@@ -150,16 +150,31 @@ def _format(mean: float, std: float, n: int) -> str:
     return f"{mean:.2f} ± {std:.2f}" if n >= 2 and math.isfinite(std) else f"{mean:.2f}"
 
 
+def collapse_note(setting: Setting, cells: list[tuple[str, float]]) -> str:
+    """The footnote of a table showing ``cells`` (method, noise rate): each of them that
+    collapsed on any seed, on how many (``""`` when none did)."""
+    parts = []
+    for method, rate in dict.fromkeys(cells):
+        flagged, seeds = setting.collapse_counts(method, rate)
+        if flagged:
+            parts.append(f"{method} at {rate_label(rate)} on {flagged} of {seeds} seed{'s' * (seeds != 1)}")
+    if not parts:
+        return ""
+    return (f" {COLLAPSE_MARK} collapsed (R@10 below the text_only row or a constant loss: a defect, not a robustness "
+            f"result; reasons under Collapsed cells): {'; '.join(parts)}.")
+
+
 def _ranked_table(
     title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
     unranked: frozenset[str] = frozenset(),
 ) -> TableModel:
     """Rows method within noise rate from :func:`summarize` output, best/second marked per
     column and rate (oracles and ``unranked`` columns never marked)."""
-    rows = []
+    rows, shown = [], []
     for rate in sorted(stats.index.get_level_values("noise_rate").unique()):
         block = stats.xs(rate, level="noise_rate")
         methods = [m for m in setting.methods if m in block.index]
+        shown += [(m, rate) for m in methods]
         ranks = {
             c: {} if c in unranked else _ranks({m: float(block.loc[m, ("mean", c)]) for m in methods}, setting.oracles)
             for c in columns
@@ -169,8 +184,8 @@ def _ranked_table(
             for c in columns:
                 mean, std, n = block.loc[method, [("mean", c), ("std", c), ("n", c)]]
                 cells.append(Cell(_format(float(mean), float(std), int(n)), ranks[c].get(method, 0)))
-            rows.append((rate_label(rate) if i == 0 else "", setting.label(method), cells))
-    return TableModel(title, columns, rows, note)
+            rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
+    return TableModel(title, columns, rows, note + collapse_note(setting, shown))
 
 
 def recall_table(setting: Setting) -> TableModel | None:
@@ -195,7 +210,7 @@ def ablation_table(setting: Setting) -> TableModel | None:
     if column is None or not setting.variants:
         return None
     stats = summarize(setting, per_run[[column]])
-    rows = []
+    rows, cells_shown = [], []
     for base in sorted({v.split(":", 1)[0] for v in setting.variants}):
         labels = [base, *(v for v in setting.variants if v.startswith(f"{base}:"))]
         rates = sorted({rate for rate, method in stats.index if method in labels[1:]})
@@ -208,9 +223,10 @@ def ablation_table(setting: Setting) -> TableModel | None:
                                 int(block.loc[method, ("n", column)]))
                 diff = mean - full
                 cells = [Cell(_format(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
-                rows.append((rate_label(rate) if i == 0 else "", method, cells))
+                rows.append((rate_label(rate) if i == 0 else "", f"{method}{setting.collapse_mark(method, rate)}", cells))
+                cells_shown.append((method, rate))
     note = (f"{column} (%), mean ± std over seeds; the difference is to the full method at the same rate. "
-            "The claims section gives the intervals.")
+            "The claims section gives the intervals." + collapse_note(setting, cells_shown))
     return TableModel("Ablations", [column, "vs full"], rows, note)
 
 
@@ -221,7 +237,7 @@ def gain_table(setting: Setting) -> TableModel | None:
     if not columns or BASELINE not in setting.methods:
         return None
     means = summarize(setting, per_run)["mean"]
-    rows = []
+    rows, shown = [], []
     for rate in sorted(means.index.get_level_values("noise_rate").unique()):
         block = means.xs(rate, level="noise_rate")
         if BASELINE not in block.index:
@@ -230,11 +246,12 @@ def gain_table(setting: Setting) -> TableModel | None:
         for i, method in enumerate(others):
             diff = block.loc[method, columns] - block.loc[BASELINE, columns]
             cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}", 1 if d > 0.005 else 0) for d in diff]
-            label = setting.label(method)
-            rows.append((rate_label(rate) if i == 0 else "", label, cells))
+            rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
+        shown += [(m, rate) for m in (BASELINE, *others)]
     if not rows:
         return None
-    return TableModel(f"Gain over {BASELINE}", columns, rows, "Mean difference to sprc in percentage points; positive gains in bold.")
+    note = "Mean difference to sprc in percentage points; positive gains in bold." + collapse_note(setting, shown)
+    return TableModel(f"Gain over {BASELINE}", columns, rows, note)
 
 
 PURITY_COLUMNS: dict[str, str] = {

@@ -60,6 +60,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("dropped_path", pa.string()),
         ("checkpoint_path", pa.string()),
         ("n_warnings", pa.int64()),
+        ("collapsed", pa.bool_()),  # cirbench.engine.collapse: a flag, not a failure
+        ("collapse_reason", pa.string()),
     ],
     "metrics": [
         ("epoch", pa.int64()),
@@ -108,8 +110,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
 MAIN_SCORE = "noise_score"
 """The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
 others are its ``extra_scores``. Parts written before the column existed read as this."""
-_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE}
-"""Values of columns a writer may leave out."""
+_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "collapsed": False, "collapse_reason": ""}
+"""Values of columns a writer may leave out (and parts written before they existed read as)."""
 
 SCHEMAS: dict[str, pa.Schema] = {name: pa.schema(KEY_FIELDS + fields) for name, fields in _TABLE_FIELDS.items()}
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
