@@ -60,6 +60,7 @@ DEFAULT_TINY_WEIGHTS = "cir"
 TOWER_VERSION = "1"
 STAGE1_VERSION = "1"
 CIR_VERSION = "2"
+STAGE1_LR = 1e-3  # the image-text pre-training's rate (independent of the fine-tune's default_lr)
 PRETRAIN_OBJECT_COUNTS = (1, 5)  # image-text scenes; the benchmark has 2 to 4 objects
 CIR_SPACE = SceneSpace(5, 7)  # composed-retrieval scenes; edits keep them within 5 to 7
 
@@ -182,7 +183,7 @@ def pretrain_stage1(backbone: TinyBackbone, steps: int = 600, batch_size: int = 
             sim = max_token_similarity(text, backbone.target_features(tokens[index])) / log_temperature.exp().clamp_min(0.01)
             return (F.cross_entropy(sim, labels) + F.cross_entropy(sim.T, labels)) / 2
 
-        _train([*_composer_parameters(backbone), log_temperature], loss, steps, backbone.default_lr, 0.05, (0.9, 0.98))
+        _train([*_composer_parameters(backbone), log_temperature], loss, steps, STAGE1_LR, 0.05, (0.9, 0.98))
     return composer_state(backbone)
 
 
