@@ -231,14 +231,26 @@ def test_a_collapsed_cell_is_marked_in_every_table_and_listed_with_its_reason(bu
     assert "No cell is flagged collapsed." in (built[1].parent / "report.md").read_text(encoding="utf-8")
 
 
-def test_results_written_before_the_collapse_guard_still_read(tmp_path: Path) -> None:
+def test_results_written_before_the_collapse_guard_are_judged_when_read(tmp_path: Path) -> None:
+    """A run written before the guard reads as not judged (null), and the report judges it
+    from its own tables against the text_only row of its seed."""
     write_results(tmp_path, methods=("sprc",), rates=(0.2,), seeds=(0, 1))
+    store = ResultsStore(tmp_path)
+    for seed, r10 in ((0, 0.30), (1, 0.90)):  # sprc at 20% has R@10 0.80 (seed 0) and 0.81 (seed 1)
+        metrics = pd.DataFrame([{"epoch": 0, "split": "val", "group": "all", "metric": "recall@10", "value": r10,
+                                 "eval_protocol": "p"}])
+        row = _run_row("text_only", "completed") | {"is_reference": True, "epochs": 0}
+        store.write_run(CellKey(f"text_only-{seed}", "text_only", "toy", "tiny", "thirds", float("nan"), seed), row,
+                        {"metrics": metrics})
     for part in (tmp_path / "runs").glob("*.parquet"):  # as a results folder of an earlier version wrote them
         pq.write_table(pq.read_table(part).drop_columns(["collapsed", "collapse_reason"]), part)
-    runs = ResultsStore(tmp_path).read("runs")
-    assert runs.collapsed.tolist() == [False, False] and runs.collapse_reason.tolist() == ["", ""]
+    runs = store.read("runs")
+    assert runs.collapse_reason.isna().all()
     (setting,) = load_results(tmp_path).settings
-    assert setting.collapsed.empty and setting.label("sprc", 0.2) == "sprc"
+    judged = setting.runs.set_index("seed")
+    assert judged.loc[0, "collapse_reason"] == "" and not judged.loc[0, "collapsed"]
+    assert judged.loc[1, "collapsed"] and "below text_only 0.900 at the final epoch (2)" in judged.loc[1, "collapse_reason"]
+    assert setting.label("sprc", 0.2) == "sprc†"
 
 
 def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cirbench.engine.collapse import collapse_reason, final_recall
 from cirbench.results.store import MAIN_SCORE, ResultsStore
 
 # A setting is one comparable grid: rows of different settings are never compared.
@@ -16,6 +17,9 @@ SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
+TEXT_ONLY_ROW = "text_only"
+"""The reference row the collapse guard compares with (``cirbench.engine.reference.TextOnly``,
+named here so that reading results imports no torch)."""
 COLLAPSE_MARK = "†"
 """The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.engine.collapse`)."""
 
@@ -197,6 +201,7 @@ def load_results(root: Path | str) -> ReportData:
     references = reference_runs[reference_runs.status == "completed"].sort_values("finished")
     references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
     tables = {name: store.read(name) for name in DATA_TABLES}
+    kept = _judge_unflagged(kept, references, tables)
     settings = []
     for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
         ids = set(setting_runs.run_id)
@@ -216,6 +221,28 @@ def load_results(root: Path | str) -> ReportData:
         settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
                                 references=reference_metrics, **parts))
     return ReportData(root, settings, problems)
+
+
+def _judge_unflagged(runs: pd.DataFrame, references: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """``runs`` with the collapse guard applied, from their stored tables, to every run
+    written before it existed (``collapse_reason`` null), against the ``text_only`` row of
+    the same setting and seed."""
+    todo = runs.collapse_reason.isna() if "collapse_reason" in runs.columns else pd.Series(True, index=runs.index)
+    if not todo.any():
+        return runs
+    runs = runs.copy()
+    runs["collapsed"] = runs.get("collapsed", pd.Series(pd.NA, index=runs.index)).astype(object)
+    text_only = references[references.method == TEXT_ONLY_ROW].set_index(SETTING_COLUMNS + ["seed"]).run_id
+    metrics, losses = tables["metrics"].groupby("run_id"), tables["losses"].groupby("run_id")
+    empty = {"metrics": tables["metrics"].iloc[:0], "losses": tables["losses"].iloc[:0]}
+    for index, run in runs[todo].iterrows():
+        ref = text_only.get(tuple(run[c] for c in SETTING_COLUMNS) + (run.seed,))
+        bar = final_recall(metrics.get_group(ref)) if ref is not None and ref in metrics.groups else float("nan")
+        own = {name: groups.get_group(run.run_id) if run.run_id in groups.groups else empty[name]
+               for name, groups in (("metrics", metrics), ("losses", losses))}
+        reason = collapse_reason(own["metrics"], own["losses"], bar)
+        runs.loc[index, ["collapsed", "collapse_reason"]] = [bool(reason), reason]
+    return runs
 
 
 def final_epoch(frame: pd.DataFrame) -> pd.DataFrame:

@@ -111,7 +111,11 @@ MAIN_SCORE = "noise_score"
 """The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "collapsed": False, "collapse_reason": ""}
-"""Values of columns a writer may leave out (and parts written before they existed read as)."""
+"""Values of columns a writer may leave out."""
+_READ_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE}
+"""What parts written before a column existed read as. The collapse flag has none: a run
+written before the guard reads as not judged (null), and the report judges it from its
+tables (:func:`cirbench.report.load.load_results`)."""
 
 SCHEMAS: dict[str, pa.Schema] = {name: pa.schema(KEY_FIELDS + fields) for name, fields in _TABLE_FIELDS.items()}
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
@@ -194,7 +198,7 @@ class ResultsStore:
         if not directory.is_dir() or not any(directory.glob("*.parquet")):
             return SCHEMAS[table].empty_table().to_pandas()
         frame = pd.read_parquet(directory, schema=SCHEMAS[table])  # a column a part lacks reads as null
-        for column, value in _DEFAULTS.items():
+        for column, value in _READ_DEFAULTS.items():
             if column in frame.columns:
                 frame[column] = frame[column].fillna(value)
         return frame
