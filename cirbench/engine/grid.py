@@ -263,6 +263,7 @@ class Grid:
                 precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing,
             )
             tables = result.tables
+            row["n_nonfinite_queries"] = result.n_nonfinite_queries
             if spec.save and is_main_process():  # under torchrun, rank 0 alone writes the weights
                 row["checkpoint_path"] = str(self.save_checkpoint(cell, result, backbone, dataset))
             confirm_cell()  # under torchrun: every rank finished the cell (or a failure elsewhere surfaces here)
@@ -333,6 +334,7 @@ class Grid:
             method = cell.method_cls(backbone, cell.config, None).to(device)
             evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
             final = evaluation.results
+            row["n_nonfinite_queries"] = evaluation.n_nonfinite_queries
             tables = {"metrics": metrics_frame(final, 0, "val", dataset.protocol.describe()), "ranks": evaluation.ranks}
             confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
