@@ -22,7 +22,7 @@ from cirbench.data.base import CIRDataset
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
-from cirbench.engine.distributed import is_main_process, main_process_first, world_size
+from cirbench.engine.distributed import broadcast_object, is_main_process, main_process_first, world_size
 from cirbench.engine.evaluate import evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
 from cirbench.engine.reference import REFERENCE_ROWS
@@ -30,7 +30,8 @@ from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
 from cirbench.provenance import git_commit, package_versions
-from cirbench.results.store import CellKey, ResultsStore
+from cirbench.results.locks import CellLock
+from cirbench.results.store import CellKey, ResultsFolderError, ResultsStore
 
 
 @dataclass
@@ -74,7 +75,8 @@ class Cell:
 
 @dataclass
 class CellOutcome:
-    """What happened to a cell: ``completed``, ``skipped`` (already done) or ``failed``."""
+    """What happened to a cell: ``completed``, ``skipped`` (already done), ``locked``
+    (being run by another live process, named in ``error``) or ``failed``."""
 
     cell: Cell
     status: str
@@ -239,10 +241,13 @@ class Grid:
         return self._tokens[key]
 
     def run_cell(self, cell: Cell, progress: ProgressFn, announce: Callable[[str], None] = print) -> CellOutcome:
-        """Run one cell (unless complete and not ``overwrite``) and write its results."""
+        """Run one cell (unless complete and not ``overwrite``, or held by another live
+        process: :meth:`_one_writer`) and write its results."""
+        return self._one_writer(cell, announce, lambda: self._train_cell(cell, progress, announce))
+
+    def _train_cell(self, cell: Cell, progress: ProgressFn, announce: Callable[[str], None]) -> CellOutcome:
+        """Train one cell and write its results (under its lock)."""
         spec, key = self.spec, cell.key
-        if not spec.overwrite and self.store.is_complete(key.run_id):
-            return CellOutcome(cell, "skipped")
         started = dt.datetime.now(dt.timezone.utc)
         row = self._base_row(cell, started)
         tables = {}
@@ -321,9 +326,11 @@ class Grid:
 
     def run_reference(self, cell: Cell, announce: Callable[[str], None] = print) -> CellOutcome:
         """Evaluate one reference row with the starting backbone (unless already recorded)."""
+        return self._one_writer(cell, announce, lambda: self._evaluate_reference(cell, announce))
+
+    def _evaluate_reference(self, cell: Cell, announce: Callable[[str], None]) -> CellOutcome:
+        """Evaluate one reference row and write its results (under its lock)."""
         spec, key = self.spec, cell.key
-        if not spec.overwrite and self.store.is_complete(key.run_id):
-            return CellOutcome(cell, "skipped")
         started = dt.datetime.now(dt.timezone.utc)
         row = self._base_row(cell, started)
         row["is_reference"] = True
@@ -364,3 +371,38 @@ class Grid:
         finished = dt.datetime.now(dt.timezone.utc)
         row.update(finished=finished.isoformat(), wall_seconds=(finished - started).total_seconds())
         self.store.write_run(key, row, tables)
+
+    def _one_writer(self, cell: Cell, announce: Callable[[str], None], work: Callable[[], CellOutcome]) -> CellOutcome:
+        """``work()`` while holding the cell's lock (:mod:`cirbench.results.locks`; under
+        torchrun rank 0 holds it and every rank follows its decision), unless the cell is
+        complete (``skipped``) or another live process holds it (``locked``). A completed
+        cell whose record is damaged has its files moved aside first, and is redone. A
+        failure to write the results is a failed cell, not a crash of the grid."""
+        key, lock, verdict = cell.key, None, ""
+        if is_main_process():
+            lock = CellLock(self.store.root, key.run_id)
+            holder = lock.acquire()
+            if holder is not None:
+                lock, verdict = None, f"being run by {holder.describe()} (lock {holder.path})"
+            elif not self.spec.overwrite:
+                record = self.store.check(key.run_id)
+                if record.problems:
+                    moved = self.store.set_aside(key.run_id)
+                    announce(f"{key.run_id}: redone, its record is damaged: " + "; ".join(str(p) for p in record.problems)
+                             + (f" (files moved to {moved[0][1].parent.parent})" if moved else ""))
+                elif record.complete:
+                    verdict = "skipped"
+        verdict = broadcast_object(verdict)
+        try:
+            if verdict == "skipped":
+                return CellOutcome(cell, "skipped")
+            if verdict:
+                return CellOutcome(cell, "locked", error=verdict)
+            return work()
+        except OSError as exc:  # writing the results failed (a folder turned read-only, a full disk)
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            return CellOutcome(cell, "failed", error=f"cannot write the results of {key.run_id} under {self.store.root}: {exc}")
+        finally:
+            if lock is not None:
+                lock.release()
