@@ -112,6 +112,8 @@ def run(
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
     try:
         discovery = discover_methods(list(plugin))
+        if discovery.errors:
+            raise GridError("; ".join(discovery.errors))
         labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
         overrides = parse_overrides(list(set_))
         rates = _split(noise, float, "--noise") if noise is not None else None

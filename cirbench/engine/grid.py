@@ -132,6 +132,20 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
     return f"{label.replace(':', '_')}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
 
 
+def check_lists(spec: GridSpec) -> None:
+    """Refuse an empty or repeated ``--noise`` or ``--seeds`` list, and a negative seed."""
+    for option, values, example in (("--noise", spec.noise_rates, "0,0.5,0.8"), ("--seeds", spec.seeds, "0,1,2")):
+        if not values:
+            raise GridError(f"{option} is empty: give at least one value, e.g. {option} {example}")
+        repeated = sorted({v for v in values if list(values).count(v) > 1})
+        if repeated:
+            raise GridError(f"{option} {','.join(f'{v:g}' for v in values)} lists {', '.join(f'{v:g}' for v in repeated)} "
+                            "more than once (the same cell would run twice); give each value once")
+    negative = [seed for seed in spec.seeds if seed < 0]
+    if negative:
+        raise GridError(f"--seeds {','.join(str(s) for s in spec.seeds)}: seed {negative[0]} is negative; a seed must be >= 0")
+
+
 def _failed(cell: Cell, row: dict, exc: Exception) -> CellOutcome:
     """A failed cell's outcome, its traceback recorded in ``row`` (agreed on by every rank
     under torchrun: :func:`~cirbench.engine.cell_failure.settle_failure`)."""
@@ -154,6 +168,8 @@ class Grid:
 
     def _validate(self) -> list[Cell]:
         spec = self.spec
+        if self.discovery.errors:
+            raise GridError("; ".join(self.discovery.errors))
         try:
             for name in spec.methods:
                 self.discovery.methods.entry(base_method(name))
@@ -173,7 +189,8 @@ class Grid:
             except ValueError as exc:
                 raise GridError(str(exc)) from None
         if not spec.methods:
-            raise GridError("no method selected")
+            raise GridError("no method selected (--methods is empty)")
+        check_lists(spec)
         for rate in spec.noise_rates:
             if not 0.0 <= rate < 1.0:
                 raise GridError(f"noise rate {rate} is outside [0, 1)")
@@ -201,6 +218,10 @@ class Grid:
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))
+        try:
+            self.store.check_writable()
+        except ResultsFolderError as exc:
+            raise GridError(str(exc)) from None
         return cells
 
     def dataset(self) -> CIRDataset:
