@@ -14,8 +14,8 @@ def rank_and_ties(
     target's 0-based position is ``rank + U``, U uniform on ``0..ties``; see :func:`hit_probability`.
 
     A non-finite score never ranks above anything (NaN and infinities read as -inf), and a
-    query whose target score is not finite ranks last (rank M, no ties: a miss at every K),
-    like a target that is not in the gallery."""
+    query whose target score is not finite ranks last (rank M, no ties: a miss at every K
+    up to the gallery's size), like a target that is not in the gallery."""
     finite = torch.isfinite(scores)
     scores = torch.where(finite, scores, torch.full_like(scores, float("-inf")))
     rows = torch.arange(scores.shape[0])
