@@ -428,10 +428,11 @@ def _summary(grid, outcomes) -> None:
 def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
     from cirbench.report import ReportError, build_report
     from cirbench.report.published import PublishedFileError
+    from cirbench.results.store import ResultsFolderError
 
     try:
         page = build_report(results, output, published or [])
-    except (ReportError, PublishedFileError) as exc:
+    except (ReportError, PublishedFileError, ResultsFolderError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return False
     console.print(f"report written: {page} and {output / 'report.md'}")
