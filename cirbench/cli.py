@@ -112,6 +112,8 @@ def run(
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
     try:
         discovery = discover_methods(list(plugin))
+        if discovery.errors:
+            raise GridError("; ".join(discovery.errors))
         labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
         overrides = parse_overrides(list(set_))
         rates = _split(noise, float, "--noise") if noise is not None else None
@@ -139,6 +141,8 @@ def run(
     _prepare_file_dataset(grid)
     if launcher != "none":
         from cirbench.launch import submit_from_cli
+
+        _announce_damaged(grid, grid.cells)
 
         try:
             code = submit_from_cli(spec, launcher, gpus_per_cell, scheduler_option, console)
@@ -179,12 +183,15 @@ def _run_grid(grid, cells: list, jobs: int = 1) -> list:
     ) as progress:
         announce = lambda m: progress.console.print(f"[dim]{escape(m)}[/]")  # noqa: E731
         references = grid.reference_cells()
+        _announce_damaged(grid, [*references, *cells], progress.console)
         task = progress.add_task(f"{'reference rows':>8}", total=len(references), status="")
         for cell in references:
             outcome = grid.run_reference(cell, announce=announce)
             progress.advance(task)
             if outcome.status == "failed":
                 progress.console.print(f"[red]reference row {cell.key.method} failed: {outcome.error}[/]")
+            elif outcome.status == "locked":
+                progress.console.print(f"[yellow]reference row {cell.key.method} skipped: {escape(outcome.error)}[/]")
             outcomes.append(outcome)
         progress.update(task, status=", ".join(sorted({c.key.method for c in references})))
         pending = {c.key.run_id for c in cells if grid.spec.overwrite or not grid.store.is_complete(c.key.run_id)}
@@ -209,6 +216,8 @@ def _run_grid(grid, cells: list, jobs: int = 1) -> list:
             outcome = grid.run_cell(cell, update, announce=announce)
             if outcome.status == "skipped":
                 progress.update(task, total=1, completed=1, status="already complete (skipped)")
+            elif outcome.status == "locked":
+                progress.update(task, total=1, completed=1, status=f"[yellow]skipped: {escape(outcome.error)}[/]")
             elif outcome.status == "failed":
                 progress.update(task, status=f"[red]failed: {outcome.error}[/]")
             outcomes.append(outcome)
@@ -298,10 +307,28 @@ def _run_in_processes(grid, cells: list, pending: set[str], jobs: int, progress:
     for result in run_in_processes(grid.spec, todo, jobs):
         cell, task = tasks[result["run_id"]]
         status = (f"completed  R@10 {_headline(result['final']):.3f}" if result["status"] == "completed"
+                  else "already complete (skipped)" if result["status"] == "skipped"
+                  else f"[yellow]skipped: {escape(result['error'])}[/]" if result["status"] == "locked"
                   else f"[red]{result['status']}: {escape(result['error'])}[/]")
         progress.update(task, completed=1, status=status)
         outcomes.append(CellOutcome(cell, result["status"], result["final"], result["error"]))
     return outcomes
+
+
+def _announce_damaged(grid, cells: list, out: Console | None = None) -> None:
+    """Say which finished cells are redone because their record is damaged: each problem's
+    file and what is wrong (their files are moved aside when the cell is redone)."""
+    from cirbench.results.locks import live_holder
+
+    if grid.spec.overwrite:
+        return
+    for cell in cells:
+        record = grid.store.check(cell.key.run_id)
+        if record.problems and live_holder(grid.store.root, cell.key.run_id) is None:
+            (out or console).print(
+                f"[yellow]warning:[/] {escape(cell.key.run_id)} is redone, its files moved to "
+                f"{escape(str(grid.store.root / 'quarantine'))}/: " + "; ".join(escape(str(p)) for p in record.problems),
+                soft_wrap=True)
 
 
 def _dataset_options(entries: list[str]) -> dict[str, str]:
@@ -362,10 +389,19 @@ def _summary(grid, outcomes) -> None:
     from cirbench.results.headline import headline_rows
     from cirbench.results.store import MAIN_SCORE
 
-    metrics = grid.store.read("metrics")
-    reasons = grid.store.read("runs").set_index("run_id").collapse_reason  # "" when healthy (cirbench.engine.collapse)
-    purity = grid.store.read("purity")
+    from cirbench.results.store import ResultsFolderError
+
+    ids = [o.cell.key.run_id for o in outcomes if o.status != "locked"]  # a locked cell's parts are someone else's
+    try:
+        metrics, purity, runs = (grid.store.read(table, ids) for table in ("metrics", "purity", "runs"))
+    except ResultsFolderError as exc:
+        console.print(f"[bold red]error:[/] no summary: {escape(str(exc))}")
+        return
+    reasons = runs.set_index("run_id").collapse_reason.fillna("")  # "" when healthy (cirbench.engine.collapse)
     purity = purity[purity.score_name == MAIN_SCORE]
+    for row in runs[runs.n_nonfinite_queries > 0].itertuples(index=False):
+        console.print(f"[yellow]warning:[/] {escape(row.run_id)}: {row.n_nonfinite_queries} validation queries had a NaN or "
+                      "infinite score (counted as misses where the target's score is one)")
 
     table = Table(title=escape(f"cirbench run: {dataset_label(grid.spec)} / {backbone_label(grid.spec)} / "
                                f"{grid.spec.noise_protocol} -> {grid.spec.output}"))
@@ -401,10 +437,11 @@ def _summary(grid, outcomes) -> None:
 def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
     from cirbench.report import ReportError, build_report
     from cirbench.report.published import PublishedFileError
+    from cirbench.results.store import ResultsFolderError
 
     try:
         page = build_report(results, output, published or [])
-    except (ReportError, PublishedFileError) as exc:
+    except (ReportError, PublishedFileError, ResultsFolderError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return False
     console.print(f"report written: {page} and {output / 'report.md'}")
@@ -423,6 +460,46 @@ def report(
     FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
     if not _build_report(results, output, published):
         raise typer.Exit(2)
+
+
+results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
+app.add_typer(results_app, name="results")
+
+
+@results_app.command("verify")
+def results_verify(
+    results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
+    repair: bool = typer.Option(
+        False, "--repair", help="Move each damaged cell's files under <results>/quarantine/<time>/ (never deleted), "
+        "so that the next `cirbench run` of its grid redoes it."
+    ),
+) -> None:
+    """Check every part of every cell against what its runs row recorded (rows, size, sha256):
+    one line per problem (file, cell, what is wrong); exit 1 if there is any (also with --repair)."""
+    from cirbench.results.locks import live_locks
+    from cirbench.results.verify import check_folder, quarantine
+
+    if not results.is_dir():
+        _fail(f"results directory {results} does not exist")
+    busy = {run_id: holder.describe() for run_id, holder in live_locks(results).items()}
+    found = check_folder(results, skip=busy)
+    for run_id, who in busy.items():
+        console.print(f"{run_id}: being run by {who}: not checked", markup=False, highlight=False, soft_wrap=True)
+    for problem in found.problems:
+        console.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+    if not found.problems:
+        console.print(f"[green]{escape(str(results))}: {len(found.run_ids)} cells, every part as recorded[/]")
+        return
+    damaged = sorted(found.damaged())
+    console.print(f"[red]{len(found.problems)} problem(s) in {len(damaged)} cell(s) of {escape(str(results))}[/]")
+    if repair:
+        moved = quarantine(results, damaged)
+        where = moved[0][1].relative_to(results).parts[:2] if moved else ()
+        console.print(f"moved {len(moved)} files of {len(damaged)} cell(s) to {escape(str(results.joinpath(*where)))}/; "
+                      "the next `cirbench run` of their grid redoes them")
+    else:
+        console.print("`cirbench results verify --repair` moves them aside (never deletes them) so that the next run redoes them")
+    raise typer.Exit(1)
 
 
 data_app = typer.Typer(no_args_is_help=True, help="Check dataset files.")

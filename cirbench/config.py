@@ -69,7 +69,8 @@ def _convert(text: str, kind: Any, where: str) -> Any:
 
 def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
     """An instance of the dataclass ``cls`` with ``overrides`` applied, each value converted
-    to its field's declared type. Unknown keys raise with the list of valid ones."""
+    to its field's declared type. Unknown keys raise with the list of valid ones, a value
+    the config's own checks refuse with the ``--set`` entries given."""
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values = {}
@@ -77,7 +78,12 @@ def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
         if key not in fields:
             raise ConfigError(f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}")
         values[key] = _convert(text, hints[key], f"--set {scope}.{key}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as exc:  # the config's own range checks
+        given = ", ".join(f"{scope}.{key}={overrides[key]}" for key in values)
+        named = str(exc).startswith(f"{scope.split(':')[0]}:")
+        raise ConfigError(("" if named else f"{scope}: ") + str(exc) + (f" (--set {given})" if given else "")) from None
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

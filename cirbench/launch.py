@@ -7,8 +7,9 @@ task, or a local process with the ``local`` launcher) that rebuilds the grid fro
 store atomically. The store is the only coordination: jobs share nothing else, a
 submission leaves out every cell the store already holds as completed, and so the same
 command, run again after failures, timeouts or preemption, submits only what is missing.
-Do not resubmit while jobs of the same grid are still queued or running: the store does
-not know about them, and both copies would run (the later write wins, whole).
+A running job holds its cell's lock (:mod:`cirbench.results.locks`), so a copy of it
+submitted meanwhile skips the cell (``locked``), and a copy that starts after it finished
+finds the cell complete (``skipped``): each cell is trained once.
 
 A job with ``gpus_per_cell`` > 1 runs one task per GPU, and the tasks train their cell
 together with distributed data parallel (:mod:`cirbench.engine.distributed`).
@@ -172,4 +173,4 @@ def submit_from_cli(spec: GridSpec, launcher: str, gpus_per_cell: int, option_en
     console.print(table)
     if launcher == "slurm" and submission.jobs:
         console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
-    return int(any(o["status"] != "completed" for o in submission.outcomes))
+    return int(any(o["status"] not in ("completed", "skipped", "locked") for o in submission.outcomes))

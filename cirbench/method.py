@@ -20,6 +20,7 @@ the flags, in :attr:`TrainingContext.noise_flags`, and its results are marked as
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class MethodConfig:
 
     ``lr`` None means the backbone's default (1e-3 for ``tiny``, the papers' 1e-5 to 2e-5
     for BLIP-2). The schedule is a one-cycle cosine with ``warmup`` as its rising share.
+    Out-of-range values raise ValueError when the config is built (before any work); a
+    subclass with its own ``__post_init__`` calls ``super().__post_init__()``.
     """
 
     lr: float | None = None
@@ -62,6 +65,20 @@ class MethodConfig:
     eps: float = 1e-7
     warmup: float = 0.1
     grad_clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        ranges = {  # comparisons written so that NaN fails them
+            "lr": (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "> 0 and finite (or none: the backbone's default)"),
+            "weight_decay": (math.isfinite(self.weight_decay) and self.weight_decay >= 0, ">= 0 and finite"),
+            "beta1": (0 <= self.beta1 < 1, "in [0, 1)"),
+            "beta2": (0 <= self.beta2 < 1, "in [0, 1)"),
+            "eps": (math.isfinite(self.eps) and self.eps > 0, "> 0 and finite"),
+            "warmup": (0 <= self.warmup <= 1, "in [0, 1]"),
+            "grad_clip": (math.isfinite(self.grad_clip) and self.grad_clip >= 0, ">= 0 and finite (0: no clipping)"),
+        }
+        bad = [f"{name}={getattr(self, name)!r} is out of range: must be {rule}" for name, (ok, rule) in ranges.items() if not ok]
+        if bad:
+            raise ValueError("; ".join(bad))
 
 
 @dataclass

@@ -5,7 +5,10 @@ All three paths end in the same place. Built-in plugins are plain files in the r
 :func:`load_plugin_file` exactly like a user's ``--plugin path.py`` (or a path listed in
 ``CIRBENCH_PLUGINS``); installed distributions expose methods through the entry-point
 group ``cirbench.methods``. Built-ins win a name collision (the loser is reported); a
-plugin that fails to import is reported and fails only when it is selected.
+plugin that fails to import is reported and fails only when it is selected, except a file
+the user named (``plugin_files``: ``--plugin``), which is an error (:attr:`Discovery.errors`,
+refused by the grid before any work). A class that does not implement ``training_step``
+is never registered (``Method`` is an ``nn.Module``: ``@abstractmethod`` is not enforced).
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ PLUGINS_ENV = "CIRBENCH_PLUGINS"
 
 @dataclass
 class Discovery:
-    """The method registry plus what went wrong while filling it."""
+    """The method registry plus what went wrong while filling it: ``problems`` (warnings)
+    and ``errors``, the problems of the files the user named, which stop a run."""
 
     methods: Registry[type[Method]]
     problems: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 def builtin_methods_dir() -> Path:
@@ -80,7 +85,20 @@ def methods_in(module: ModuleType) -> list[type[Method]]:
     ]
 
 
-def _register(discovery: Discovery, cls: type[Method], source: str) -> None:
+def implements_training_step(cls: type[Method]) -> bool:
+    """Whether ``cls`` (or a base class other than :class:`Method`) overrides ``training_step``."""
+    return getattr(cls, "training_step", None) is not Method.training_step
+
+
+def _register(discovery: Discovery, cls: type[Method], source: str, strict: bool = False) -> None:
+    if not implements_training_step(cls):
+        reason = (f"{source}: class {cls.__qualname__} (method {cls.name!r}) does not implement "
+                  "training_step(self, batch, epoch, step) -> StepOutput")
+        discovery.methods.add_broken(cls.name, reason)
+        discovery.problems.append(reason)
+        if strict:
+            discovery.errors.append(f"--plugin {reason}")
+        return
     if cls.name in discovery.methods:
         winner = discovery.methods.entry(cls.name).source
         discovery.problems.append(f"method {cls.name!r} from {source} ignored: the name is taken by {winner}")
@@ -90,6 +108,19 @@ def _register(discovery: Discovery, cls: type[Method], source: str) -> None:
 
 def _short_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def import_error(path: Path, exc: BaseException) -> str:
+    """One paragraph on why the plugin file ``path`` failed to import: the file and line
+    (of a SyntaxError, or the plugin's own line that raised) and the error."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename or path}, line {exc.lineno}"
+        code = f": {exc.text.strip()!r}" if exc.text else ""
+        return f"{where}: {type(exc).__name__}: {exc.msg}{code}"
+    resolved = str(Path(path).resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == resolved]
+    where = f"{resolved}, line {frames[-1].lineno}" if frames else resolved
+    return f"{where}: {' '.join(_short_error(exc).split())}"
 
 
 def discover_methods(plugin_files: list[Path] | None = None) -> Discovery:
@@ -108,18 +139,23 @@ def discover_methods(plugin_files: list[Path] | None = None) -> Discovery:
             _register(discovery, cls, f"built-in {path.name}")
 
     env_files = [Path(p) for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p]
+    named = {Path(p).resolve() for p in plugin_files or []}
     for path in [*env_files, *(plugin_files or [])]:
+        strict = Path(path).resolve() in named
         try:
             module = load_plugin_file(path)
         except Exception as exc:
             discovery.methods.add_broken(Path(path).stem, f"{path}: {_short_error(exc)}")
             discovery.problems.append(f"plugin file {path} failed to load: {_short_error(exc)}")
+            if strict:
+                why = "no such file" if not Path(path).is_file() else f"cannot be imported: {import_error(Path(path), exc)}"
+                discovery.errors.append(f"--plugin {path}: {why}")
             continue
         found = methods_in(module)
         if not found:
             discovery.problems.append(f"plugin file {path} defines no Method subclass with a name")
         for cls in found:
-            _register(discovery, cls, f"file {Path(path).resolve()}")
+            _register(discovery, cls, f"file {Path(path).resolve()}", strict)
 
     for ep in entry_points(group=METHOD_ENTRY_POINT_GROUP):
         source = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"

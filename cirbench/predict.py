@@ -101,6 +101,23 @@ def write_submission(submission: Submission, directory: Path, name: str) -> tupl
     return paths[0], paths[1]
 
 
+def _check_record(checkpoint: Path, meta: dict) -> None:
+    """Refuse a checkpoint whose run's record, in the results folder it lies in
+    (``<results>/checkpoints/<run_id>.pt``), is damaged or not completed."""
+    from cirbench.checkpoint import CheckpointError
+    from cirbench.results.store import ResultsStore
+
+    results = Path(checkpoint).resolve().parent.parent
+    if not (results / "runs" / f"{meta['run_id']}.parquet").exists():
+        return  # a checkpoint outside its results folder: nothing to check it against
+    record = ResultsStore(results).check(meta["run_id"])
+    if record.problems:
+        raise CheckpointError(f"run {meta['run_id']} in {results} has a damaged record: "
+                              + "; ".join(str(p) for p in record.problems))
+    if record.status != "completed":
+        raise CheckpointError(f"run {meta['run_id']} in {results} did not complete (status {record.status})")
+
+
 def predict_cirr(
     checkpoint: Path,
     data_root: Path | None,
@@ -119,10 +136,14 @@ def predict_cirr(
     from cirbench.plugins import discover_methods
 
     meta, _ = read_checkpoint(checkpoint)
+    _check_record(checkpoint, meta)
     if meta["dataset"] != "cirr":
         raise CheckpointError(f"{checkpoint} was trained on {meta['dataset']!r}; test submissions exist for CIRR only")
     plugins = list(plugin_files or []) + [Path(p) for p in meta.get("plugin_files", []) if Path(p).is_file()]
-    method_cls = discover_methods(plugins).methods.get(base_method(meta["method"]))
+    discovery = discover_methods(plugins)
+    if discovery.errors:
+        raise CheckpointError("; ".join(discovery.errors))
+    method_cls = discovery.methods.get(base_method(meta["method"]))
     torch_device = torch.device(device)
     loaded = load_method(checkpoint, method_cls, cache_dir, torch_device)
     root = data_root or (Path(meta["data_root"]) if meta.get("data_root") else None)

@@ -154,6 +154,7 @@ class ConeSepConfig(MethodConfig):
     label_softmax: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         checks = {
             "K": self.K >= 1, "tau": self.tau > 0, "gamma": 0.0 <= self.gamma <= 1.0,
             "zeta": self.zeta >= 0, "nu": self.nu >= 0, "kappa": self.kappa >= 0,

@@ -114,6 +114,7 @@ class TMEConfig(MethodConfig):
     warmup_last: float | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("warmup_qformer", "warmup_proj", "warmup_last"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"tme: {name} must be >= 0, got {getattr(self, name)}")

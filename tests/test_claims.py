@@ -190,9 +190,9 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
 def test_ranks_that_do_not_line_up_make_a_check_inconclusive_not_an_error(tmp_path: Path) -> None:
     cells = [(m, 0.5, s) for m in ("sprc", "tme") for s in (0, 1)]
     write_claims_results(tmp_path, cells)
-    part = tmp_path / "ranks" / "tme-0.5-1.parquet"
-    ranks = pd.read_parquet(part)
-    ranks.assign(query=ranks["query"] + N_QUERIES).to_parquet(part)  # other queries, same count
+    tables, n_noisy = _cell("tme", 0.5, 1)  # rewritten through the store: a part changed behind its back is damaged
+    tables["ranks"] = tables["ranks"].assign(query=tables["ranks"]["query"] + N_QUERIES)  # other queries, same count
+    ResultsStore(tmp_path).write_run(CellKey("tme-0.5-1", "tme", "toy", "tiny", "thirds", 0.5, 1), _run_row(n_noisy), tables)
     (setting,) = load_results(tmp_path).settings
     (robust,) = [c for c in paper_claims(setting, n_resamples=50) if c.source.startswith("ConeSep Sec. 4.2")]
     check = robust.checks[0]

@@ -121,6 +121,15 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def broadcast_object(value: object) -> object:
+    """Rank 0's ``value`` on every rank (``value`` itself when not distributed)."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier() -> None:
     """Wait for every rank (a no-op when not distributed)."""
     if is_distributed():

@@ -12,7 +12,7 @@ import torch
 
 from cirbench.backbones.base import TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
-from cirbench.engine.retrieval import recall_at, subset_scores, target_ranks
+from cirbench.engine.retrieval import rank_and_ties, recall_at, subset_scores
 from cirbench.method import Method
 
 
@@ -22,7 +22,7 @@ def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
 
 NO_SUBSET_RANK = -1
 """``subset_rank`` of a query whose protocol has no subset recall."""
-RANK_COLUMNS: list[str] = ["query", "group", "rank", "subset_rank"]
+RANK_COLUMNS: list[str] = ["query", "group", "rank", "subset_rank", "ties", "subset_ties"]
 
 
 @dataclass
@@ -30,10 +30,15 @@ class Evaluation:
     """One evaluation: ``results`` (``{group: {metric: value}}``) and ``ranks``, one row per
     query (``query``: its position in the split, ``group``, ``rank``: the 0-based rank of
     its target in the group's gallery, a hit at K iff ``rank < K``; ``subset_rank``: the
-    same within its subset, :data:`NO_SUBSET_RANK` where there is no subset recall)."""
+    same within its subset, :data:`NO_SUBSET_RANK` where there is no subset recall;
+    ``ties`` and ``subset_ties``: the columns scored exactly as the target, recall counting
+    a tie at its expected value: :func:`~cirbench.engine.retrieval.hit_probability`) and
+    ``n_nonfinite_queries``, the queries with a NaN or infinite score (misses where the
+    target's score is one)."""
 
     results: dict[str, dict[str, float]]
     ranks: pd.DataFrame
+    n_nonfinite_queries: int = 0
 
 
 @torch.inference_mode()
@@ -51,7 +56,8 @@ def evaluate(
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images
-    score strictly higher than its target; the reference is excluded from the ranking when
+    score strictly higher than its target, a tie at its expected value under a random
+    tie-break, a non-finite target score as a miss; the reference is excluded from the ranking when
     the dataset's protocol says so. Subset recall (CIRR) ranks within each query's subset.
     """
     was_training = method.training
@@ -60,6 +66,7 @@ def evaluate(
     groups = np.asarray(split.groups, dtype=object)
     results: dict[str, dict[str, float]] = {}
     rank_frames: list[pd.DataFrame] = []
+    nonfinite = 0
 
     def image_batch(index: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(tokens[index], dtype=np.float32)).to(device)
@@ -76,35 +83,38 @@ def evaluate(
             part = rows[start : start + chunk]
             queries = method.encode_queries(image_batch(split.reference[part]), texts.select(torch.from_numpy(part)).to(device))
             scores = method.similarity(queries, targets).float().cpu()
+            nonfinite += int((~torch.isfinite(scores)).any(dim=1).sum())
             target_col = torch.tensor([column.get(int(t), -1) for t in split.target[part]])
             exclude = torch.tensor([column.get(int(r), -1) for r in split.reference[part]]) if protocol.exclude_reference else None
-            ranks.append(target_ranks(scores, target_col, exclude))
+            ranks.append(rank_and_ties(scores, target_col, exclude))
             if split.subset is not None and protocol.subset_recall_at:
                 members = [split.subset[i] for i in part]
                 width = max(len(m) for m in members)
                 cols = torch.full((len(part), width), -1, dtype=torch.long)
                 for i, m in enumerate(members):
-                    kept = [column.get(int(x), -1) for x in m if int(x) != int(split.reference[part[i]])]
+                    kept = [column.get(x, -1) for x in dict.fromkeys(map(int, m)) if x != int(split.reference[part[i]])]
                     cols[i, : len(kept)] = torch.tensor(kept, dtype=torch.long)
                 sub = subset_scores(scores, cols)
                 position = (cols == target_col[:, None]).float().argmax(dim=1)
                 found = (cols == target_col[:, None]).any(dim=1)
-                subset_ranks.append(target_ranks(sub, torch.where(found, position, torch.full_like(position, -1))))
-        all_ranks = torch.cat(ranks)
-        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at).items()}
-        sub_ranks = torch.cat(subset_ranks) if subset_ranks else torch.full_like(all_ranks, NO_SUBSET_RANK)
+                subset_ranks.append(rank_and_ties(sub, torch.where(found, position, torch.full_like(position, -1))))
+        all_ranks, all_ties = (torch.cat(t) for t in zip(*ranks))
+        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at, all_ties).items()}
+        sub_ranks, sub_ties = ((torch.cat(t) for t in zip(*subset_ranks)) if subset_ranks
+                               else (torch.full_like(all_ranks, NO_SUBSET_RANK), torch.zeros_like(all_ranks)))
         if subset_ranks:
-            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at).items()})
+            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at, sub_ties).items()})
         results[str(group)] = metrics
         rank_frames.append(pd.DataFrame({
             "query": rows.astype(np.int64), "group": str(group),
             "rank": all_ranks.numpy().astype(np.int64), "subset_rank": sub_ranks.numpy().astype(np.int64),
+            "ties": all_ties.numpy().astype(np.int64), "subset_ties": sub_ties.numpy().astype(np.int64),
         }))
     if dataset.summarize is not None:
         results.update(dataset.summarize(results))
     method.train(was_training)
     ranks_table = pd.concat(rank_frames, ignore_index=True) if rank_frames else pd.DataFrame(columns=RANK_COLUMNS)
-    return Evaluation(results, ranks_table)
+    return Evaluation(results, ranks_table, nonfinite)
 
 
 def metrics_frame(results: dict[str, dict[str, float]], epoch: int, split: str, protocol: str) -> pd.DataFrame:

@@ -24,15 +24,16 @@ from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
 from cirbench.engine.collapse import collapse_reason, final_recall
-from cirbench.engine.distributed import is_main_process, main_process_first, world_size
-from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.distributed import broadcast_object, is_main_process, main_process_first, world_size
+from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
 from cirbench.engine.reference import REFERENCE_ROWS, TextOnly
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
 from cirbench.provenance import git_commit, package_versions
-from cirbench.results.store import CellKey, ResultsStore
+from cirbench.results.locks import CellLock
+from cirbench.results.store import CellKey, ResultsFolderError, ResultsStore
 
 
 @dataclass
@@ -76,7 +77,8 @@ class Cell:
 
 @dataclass
 class CellOutcome:
-    """What happened to a cell: ``completed``, ``skipped`` (already done) or ``failed``."""
+    """What happened to a cell: ``completed``, ``skipped`` (already done), ``locked``
+    (being run by another live process, named in ``error``) or ``failed``."""
 
     cell: Cell
     status: str
@@ -132,6 +134,20 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
     return f"{label.replace(':', '_')}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
 
 
+def check_lists(spec: GridSpec) -> None:
+    """Refuse an empty or repeated ``--noise`` or ``--seeds`` list, and a negative seed."""
+    for option, values, example in (("--noise", spec.noise_rates, "0,0.5,0.8"), ("--seeds", spec.seeds, "0,1,2")):
+        if not values:
+            raise GridError(f"{option} is empty: give at least one value, e.g. {option} {example}")
+        repeated = sorted({v for v in values if list(values).count(v) > 1})
+        if repeated:
+            raise GridError(f"{option} {','.join(f'{v:g}' for v in values)} lists {', '.join(f'{v:g}' for v in repeated)} "
+                            "more than once (the same cell would run twice); give each value once")
+    negative = [seed for seed in spec.seeds if seed < 0]
+    if negative:
+        raise GridError(f"--seeds {','.join(str(s) for s in spec.seeds)}: seed {negative[0]} is negative; a seed must be >= 0")
+
+
 def _failed(cell: Cell, row: dict, exc: Exception) -> CellOutcome:
     """A failed cell's outcome, its traceback recorded in ``row`` (agreed on by every rank
     under torchrun: :func:`~cirbench.engine.cell_failure.settle_failure`)."""
@@ -154,6 +170,8 @@ class Grid:
 
     def _validate(self) -> list[Cell]:
         spec = self.spec
+        if self.discovery.errors:
+            raise GridError("; ".join(self.discovery.errors))
         try:
             for name in spec.methods:
                 self.discovery.methods.entry(base_method(name))
@@ -173,7 +191,8 @@ class Grid:
             except ValueError as exc:
                 raise GridError(str(exc)) from None
         if not spec.methods:
-            raise GridError("no method selected")
+            raise GridError("no method selected (--methods is empty)")
+        check_lists(spec)
         for rate in spec.noise_rates:
             if not 0.0 <= rate < 1.0:
                 raise GridError(f"noise rate {rate} is outside [0, 1)")
@@ -201,6 +220,10 @@ class Grid:
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))
+        try:
+            self.store.check_writable()
+        except ResultsFolderError as exc:
+            raise GridError(str(exc)) from None
         return cells
 
     def dataset(self) -> CIRDataset:
@@ -241,10 +264,13 @@ class Grid:
         return self._tokens[key]
 
     def run_cell(self, cell: Cell, progress: ProgressFn, announce: Callable[[str], None] = print) -> CellOutcome:
-        """Run one cell (unless complete and not ``overwrite``) and write its results."""
+        """Run one cell (unless complete and not ``overwrite``, or held by another live
+        process: :meth:`_one_writer`) and write its results."""
+        return self._one_writer(cell, announce, lambda: self._train_cell(cell, progress, announce))
+
+    def _train_cell(self, cell: Cell, progress: ProgressFn, announce: Callable[[str], None]) -> CellOutcome:
+        """Train one cell and write its results (under its lock)."""
         spec, key = self.spec, cell.key
-        if not spec.overwrite and self.store.is_complete(key.run_id):
-            return CellOutcome(cell, "skipped")
         started = dt.datetime.now(dt.timezone.utc)
         row = self._base_row(cell, started)
         tables = {}
@@ -266,6 +292,7 @@ class Grid:
                 precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing,
             )
             tables = result.tables
+            row["n_nonfinite_queries"] = result.n_nonfinite_queries
             if spec.save and is_main_process():  # under torchrun, rank 0 alone writes the weights
                 row["checkpoint_path"] = str(self.save_checkpoint(cell, result, backbone, dataset))
             confirm_cell()  # under torchrun: every rank finished the cell (or a failure elsewhere surfaces here)
@@ -325,16 +352,20 @@ class Grid:
 
     def run_reference(self, cell: Cell, announce: Callable[[str], None] = print) -> CellOutcome:
         """Evaluate one reference row with the starting backbone (unless already recorded)."""
+        return self._one_writer(cell, announce, lambda: self._evaluate_reference(cell, announce))
+
+    def _evaluate_reference(self, cell: Cell, announce: Callable[[str], None]) -> CellOutcome:
+        """Evaluate one reference row and write its results (under its lock)."""
         spec, key = self.spec, cell.key
-        if not spec.overwrite and self.store.is_complete(key.run_id):
-            return CellOutcome(cell, "skipped")
         started = dt.datetime.now(dt.timezone.utc)
         row = self._base_row(cell, started)
         row["is_reference"] = True
         tables, outcome = {}, CellOutcome(cell, "failed")
         try:
             dataset, backbone, tokens = self._start(key, row, announce)
-            final, tables = self._evaluate_reference(cell, dataset, backbone, tokens)
+            evaluation, tables = self._reference_evaluation(cell, dataset, backbone, tokens)
+            final = evaluation.results
+            row["n_nonfinite_queries"] = evaluation.n_nonfinite_queries
             confirm_cell()  # under torchrun: every rank finished it (see run_cell)
             row.update(status="completed", epochs=0)
             outcome = CellOutcome(cell, "completed", final)
@@ -343,13 +374,13 @@ class Grid:
         self._finish(key, row, started, tables)
         return outcome
 
-    def _evaluate_reference(self, cell: Cell, dataset: CIRDataset, backbone, tokens) -> tuple[dict, dict[str, pd.DataFrame]]:
-        """A reference row's results and its ``metrics`` and ``ranks`` tables, from ``backbone`` untrained."""
+    def _reference_evaluation(self, cell: Cell, dataset: CIRDataset, backbone, tokens) -> tuple[Evaluation, dict[str, pd.DataFrame]]:
+        """A reference row's evaluation and its ``metrics`` and ``ranks`` tables, from ``backbone`` untrained."""
         device = torch.device(self.spec.device)
         method = cell.method_cls(backbone, cell.config, None).to(device)
         evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
         metrics = metrics_frame(evaluation.results, 0, "val", dataset.protocol.describe())
-        return evaluation.results, {"metrics": metrics, "ranks": evaluation.ranks}
+        return evaluation, {"metrics": metrics, "ranks": evaluation.ranks}
 
     def text_only_recall(self, key: CellKey, dataset: CIRDataset, backbone, tokens) -> float:
         """The ``text_only`` reference row's headline R@10 for ``key``'s seed, which the
@@ -360,7 +391,7 @@ class Grid:
         if self.store.is_complete(ref.key.run_id):
             metrics = pd.read_parquet(self.store.part("metrics", ref.key.run_id))
         else:
-            metrics = self._evaluate_reference(ref, dataset, backbone, tokens)[1]["metrics"]
+            metrics = self._reference_evaluation(ref, dataset, backbone, tokens)[1]["metrics"]
         return final_recall(metrics)
 
     def save_checkpoint(self, cell: Cell, result: TrainResult, backbone, dataset: CIRDataset) -> Path:
@@ -383,3 +414,38 @@ class Grid:
         finished = dt.datetime.now(dt.timezone.utc)
         row.update(finished=finished.isoformat(), wall_seconds=(finished - started).total_seconds())
         self.store.write_run(key, row, tables)
+
+    def _one_writer(self, cell: Cell, announce: Callable[[str], None], work: Callable[[], CellOutcome]) -> CellOutcome:
+        """``work()`` while holding the cell's lock (:mod:`cirbench.results.locks`; under
+        torchrun rank 0 holds it and every rank follows its decision), unless the cell is
+        complete (``skipped``) or another live process holds it (``locked``). A completed
+        cell whose record is damaged has its files moved aside first, and is redone. A
+        failure to write the results is a failed cell, not a crash of the grid."""
+        key, lock, verdict = cell.key, None, ""
+        if is_main_process():
+            lock = CellLock(self.store.root, key.run_id)
+            holder = lock.acquire()
+            if holder is not None:
+                lock, verdict = None, f"being run by {holder.describe()} (lock {holder.path})"
+            elif not self.spec.overwrite:
+                record = self.store.check(key.run_id)
+                if record.problems:
+                    moved = self.store.set_aside(key.run_id)
+                    announce(f"{key.run_id}: redone, its record is damaged: " + "; ".join(str(p) for p in record.problems)
+                             + (f" (files moved to {moved[0][1].parent.parent})" if moved else ""))
+                elif record.complete:
+                    verdict = "skipped"
+        verdict = broadcast_object(verdict)
+        try:
+            if verdict == "skipped":
+                return CellOutcome(cell, "skipped")
+            if verdict:
+                return CellOutcome(cell, "locked", error=verdict)
+            return work()
+        except OSError as exc:  # writing the results failed (a folder turned read-only, a full disk)
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            return CellOutcome(cell, "failed", error=f"cannot write the results of {key.run_id} under {self.store.root}: {exc}")
+        finally:
+            if lock is not None:
+                lock.release()

@@ -28,7 +28,8 @@ ProgressFn = Callable[[dict], None]
 @dataclass
 class TrainResult:
     """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``, ``ranks``:
-    those of the final evaluation) and timings."""
+    those of the final evaluation), timings, and how many final validation queries had a
+    non-finite score (counted as misses)."""
 
     tables: dict[str, pd.DataFrame]
     final: dict[str, dict[str, float]]
@@ -36,6 +37,7 @@ class TrainResult:
     model_seconds: float
     wall_seconds: float
     method: Method = field(repr=False)
+    n_nonfinite_queries: int = 0
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
@@ -184,7 +186,7 @@ def train_cell(
 
     losses, metrics, purity, scores = [], [], [], []
     final: dict[str, dict[str, float]] = {}
-    final_ranks = pd.DataFrame()
+    final_ranks, nonfinite = pd.DataFrame(), 0
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
@@ -227,7 +229,7 @@ def train_cell(
             distributed.check_same_on_all_ranks(score, "per-sample noise scores")
             for name in sorted(extra):
                 distributed.check_same_on_all_ranks(extra[name], f"per-sample {name} scores")
-        final, final_ranks = results, evaluation.ranks
+        final, final_ranks, nonfinite = results, evaluation.ranks, evaluation.n_nonfinite_queries
         metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
         has_partition = selected is not None and seen_selected.all()
         has_scores = bool(np.isfinite(score).all())
@@ -246,4 +248,4 @@ def train_cell(
 
     tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores),
               "ranks": final_ranks}
-    return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method)
+    return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method, nonfinite)

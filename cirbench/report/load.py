@@ -1,5 +1,6 @@
 """Reading a results directory for a report: the completed runs' rows, and every cell of the
-grid that has no completed run (failed, interrupted or never run), listed rather than fatal."""
+grid that has no completed run (failed, interrupted, never run, or completed with a damaged
+record: :mod:`cirbench.results.verify`), listed rather than fatal."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 
 from cirbench.engine.collapse import collapse_reason, final_recall
 from cirbench.results.store import MAIN_SCORE, ResultsStore
+from cirbench.results.verify import check_folder
 
 # A setting is one comparable grid: rows of different settings are never compared.
 SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
@@ -146,7 +148,8 @@ def _last_line(error: object) -> str:
 
 
 def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
-    """Cells without a completed run: failed or interrupted ones with their error, and the
+    """Cells without a completed run: failed, interrupted or damaged ones with their error
+    (a damaged run is listed even where an older run of the cell is intact), and the
     combinations of method x rate x seed of a setting that were never run at all. A method
     is expected at every noise rate of its setting; an ablation variant (``name:variant``)
     or a perfect filter only at the rates it was run at (an ablation grid runs at the
@@ -158,7 +161,7 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     bad = runs[runs.status != "completed"].sort_values("finished", ascending=False)  # latest attempt first
     for row in bad.itertuples(index=False):
         cell = tuple(getattr(row, c) for c in CELL_COLUMNS)
-        if cell in done:
+        if cell in done and row.status != "damaged":
             continue
         seen.add(cell)
         rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": row.status, "error": _last_line(row.error), "run_id": row.run_id})
@@ -179,28 +182,49 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).sort_values(CELL_COLUMNS).reset_index(drop=True)
 
 
+def _other_damage(problems: pd.DataFrame, damaged: dict[str, str], runs: pd.DataFrame, references: pd.DataFrame) -> pd.DataFrame:
+    """``problems`` with a row, listed last, for each damaged reference row and each cell
+    whose ``runs`` part could not be read (its setting unknown: named by its run id)."""
+    rows = []
+    for run_id, error in sorted(damaged.items()):
+        if run_id in set(runs.run_id):
+            continue
+        known = references[references.run_id == run_id]
+        cell = dict(known.iloc[0][CELL_COLUMNS]) if len(known) else {
+            "dataset": "?", "backbone": "?", "noise_protocol": "?", "method": run_id, "noise_rate": float("nan"), "seed": "?"}
+        rows.append({**cell, "status": "damaged", "error": error, "run_id": run_id})
+    return pd.concat([problems, pd.DataFrame(rows, columns=problems.columns)], ignore_index=True) if rows else problems
+
+
 def load_results(root: Path | str) -> ReportData:
     """Read the results tables under ``root`` (see :mod:`cirbench.results.store`).
 
-    Only ``completed`` runs count for numbers; where one cell (setting, method, rate, seed)
-    has several completed runs (a rerun with other hyperparameters or epochs), the latest
-    finished one is kept. Raises :class:`ReportError` if ``root`` holds no runs table.
+    Only ``completed`` runs whose parts are as their ``runs`` row recorded count for
+    numbers (a damaged one is listed with status ``damaged`` and the reason, an unreadable
+    ``runs`` part too); where one cell (setting, method, rate, seed) has several completed
+    runs (a rerun with other hyperparameters or epochs), the latest finished one is kept.
+    Raises :class:`ReportError` if ``root`` holds no runs table.
     """
     root = Path(root)
     if not root.is_dir():
         raise ReportError(f"results directory {str(root)!r} does not exist")
     store = ResultsStore(root)
-    runs = store.read("runs")
-    if runs.empty:
+    check = check_folder(root)
+    runs = store.read("runs", check.run_ids)
+    if runs.empty and not check.problems:
         raise ReportError(f"results directory {str(root)!r} has no runs (expected {root / 'runs'}/*.parquet)")
+    damaged = {run_id: "; ".join(str(p) for p in problems) for run_id, problems in check.damaged().items()}
+    hit = runs.run_id.isin(set(damaged)) & (runs.status == "completed")
+    runs.loc[hit, "error"] = runs.loc[hit, "run_id"].map(damaged)
+    runs.loc[hit, "status"] = "damaged"
     is_reference = runs.is_reference.eq(True)
     reference_runs, runs = runs[is_reference], runs[~is_reference]
     completed = runs[runs.status == "completed"].sort_values("finished")
     kept = completed.drop_duplicates(CELL_COLUMNS, keep="last").reset_index(drop=True)
-    problems = _problems(runs, kept)
+    problems = _other_damage(_problems(runs, kept), damaged, runs, reference_runs)
     references = reference_runs[reference_runs.status == "completed"].sort_values("finished")
     references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
-    tables = {name: store.read(name) for name in DATA_TABLES}
+    tables = {name: store.read(name, [*kept.run_id, *references.run_id]) for name in DATA_TABLES}
     kept = _judge_unflagged(kept, references, tables)
     settings = []
     for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):

@@ -4,11 +4,17 @@
 ``pandas.read_parquet("<root>/<table>")``. A run's parts are written atomically, the
 ``runs`` part last, so a ``runs`` row with status ``completed`` means every other part of
 that run is in place: that is what lets a rerun of a grid skip finished cells, and a
-killed run leave earlier cells untouched.
+killed run leave earlier cells untouched. The ``runs`` row also records each other part's
+row count, size and sha256 (``parts``), so a part damaged later is found
+(:mod:`cirbench.results.verify`): such a cell is not complete, and its files are moved
+aside (never deleted) before it is redone.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cirbench.results import verify
 from cirbench.results.atomic import atomic_write
 
 KEY_FIELDS = [
@@ -62,6 +69,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("n_warnings", pa.int64()),
         ("collapsed", pa.bool_()),  # cirbench.engine.collapse: a flag, not a failure
         ("collapse_reason", pa.string()),
+        ("n_nonfinite_queries", pa.int64()),  # final validation queries with a NaN or infinite score (misses)
+        ("parts", pa.string()),  # JSON {table: {rows, bytes, sha256}} of the other parts (cirbench.results.verify)
     ],
     "metrics": [
         ("epoch", pa.int64()),
@@ -104,15 +113,18 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("group", pa.string()),
         ("rank", pa.int64()),
         ("subset_rank", pa.int64()),
+        ("ties", pa.int64()),  # other gallery columns scored exactly as the target (cirbench.engine.retrieval)
+        ("subset_ties", pa.int64()),
     ],
 }
 
 MAIN_SCORE = "noise_score"
 """The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
 others are its ``extra_scores``. Parts written before the column existed read as this."""
-_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "collapsed": False, "collapse_reason": ""}
+_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
+                                "collapsed": False, "collapse_reason": ""}
 """Values of columns a writer may leave out."""
-_READ_DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE}
+_READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in ("collapsed", "collapse_reason")}
 """What parts written before a column existed read as. The collapse flag has none: a run
 written before the guard reads as not judged (null), and the report judges it from its
 tables (:func:`cirbench.report.load.load_results`)."""
@@ -120,6 +132,7 @@ tables (:func:`cirbench.report.load.load_results`)."""
 SCHEMAS: dict[str, pa.Schema] = {name: pa.schema(KEY_FIELDS + fields) for name, fields in _TABLE_FIELDS.items()}
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
 KEY_COLUMNS: list[str] = [name for name, _ in KEY_FIELDS]
+assert set(verify.DATA_TABLES) == set(TABLES) - {"runs"}, "cirbench.results.verify.DATA_TABLES is out of date"
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,24 @@ def _with_keys(frame: pd.DataFrame, key: CellKey, table: str) -> pa.Table:
     return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
 
 
+class ResultsFolderError(ValueError):
+    """A results folder that cannot be written, or a part that cannot be read (named)."""
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """A cell's record as found on disk: the ``runs`` status (None: no readable ``runs``
+    part) and every problem of its parts (:func:`cirbench.results.verify.check_cell`)."""
+
+    status: str | None
+    problems: list[verify.Problem]
+
+    @property
+    def complete(self) -> bool:
+        """Completed, with every part as recorded."""
+        return self.status == "completed" and not self.problems
+
+
 class ResultsStore:
     """Reads and writes the parquet tables under one output directory."""
 
@@ -169,16 +200,50 @@ class ResultsStore:
         except (OSError, pa.ArrowInvalid, IndexError):
             return None
 
+    def check(self, run_id: str) -> CellRecord:
+        """The cell's status and the problems of its record: a completed cell's parts
+        against the hashes its ``runs`` row recorded, or the ``runs`` part's own problem."""
+        row, problem = verify.read_runs_row(self.root, run_id)
+        if problem is not None:
+            return CellRecord(None, [problem])
+        if row is None:
+            return CellRecord(None, [])
+        status = str(row.get("status"))
+        return CellRecord(status, verify.check_cell(self.root, run_id, row) if status == "completed" else [])
+
     def is_complete(self, run_id: str) -> bool:
-        """Whether every part of ``run_id`` was written and the run completed."""
-        return self.status(run_id) == "completed"
+        """Whether the run completed and every part of it is as its ``runs`` row recorded."""
+        return self.check(run_id).complete
+
+    def set_aside(self, run_id: str) -> list[tuple[Path, Path]]:
+        """Move every file of ``run_id`` under ``<root>/quarantine/`` (never deleted), so
+        that it is redone; returns the (from, to) pairs."""
+        return verify.quarantine(self.root, [run_id])
+
+    def check_writable(self) -> None:
+        """Write and remove a probe file in the folder (created if needed) and in each of
+        its table folders; raises :class:`ResultsFolderError` naming the one that fails."""
+        folders = [self.root] + [self.root / t for t in TABLES if (self.root / t).is_dir()]
+        for folder in folders:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(prefix=".cirbench-probe-", dir=folder)
+                os.close(fd)
+                os.unlink(name)
+            except OSError as exc:
+                raise ResultsFolderError(
+                    f"results folder {self.root} cannot be written ({folder}: {exc.strerror or exc}); "
+                    "choose another --output or fix its permissions. Nothing was run."
+                ) from None
 
     def write_run(self, key: CellKey, run_row: dict, tables: dict[str, pd.DataFrame]) -> None:
-        """Write one run's parts atomically: every data table first, the ``runs`` row last.
+        """Write one run's parts atomically: every data table first, the ``runs`` row last,
+        with each part's row count, size and sha256 (and the checkpoint's) in its ``parts``.
 
         A failed run passes only the tables it has (possibly none); tables it lacks get an
         empty part so a stale part from an earlier attempt of the same run never survives.
         """
+        parts: dict[str, dict] = {}
         for table in TABLES:
             if table == "runs":
                 continue
@@ -186,19 +251,47 @@ class ResultsStore:
             if frame is None or frame.empty:
                 frame = pd.DataFrame(columns=[n for n, _ in _TABLE_FIELDS[table]])
             arrow = _with_keys(frame, key, table)
-            atomic_write(self.part(table, key.run_id), lambda tmp, arrow=arrow: pq.write_table(arrow, tmp))
-        arrow = _with_keys(pd.DataFrame([run_row]), key, "runs")
+
+            def write(tmp: Path, arrow: pa.Table = arrow, table: str = table) -> None:
+                pq.write_table(arrow, tmp)
+                parts[table] = verify.part_record(tmp, arrow.num_rows)
+
+            atomic_write(self.part(table, key.run_id), write)
+        checkpoint = Path(run_row.get("checkpoint_path") or "")
+        if run_row.get("checkpoint_path") and checkpoint.is_file():
+            try:
+                relative = checkpoint.resolve().relative_to(self.root.resolve())
+            except ValueError:
+                relative = None
+            if relative is not None:
+                parts[verify.CHECKPOINT] = {"file": relative.as_posix(), **verify.part_record(checkpoint, None)}
+        arrow = _with_keys(pd.DataFrame([{**run_row, "parts": json.dumps(parts, sort_keys=True)}]), key, "runs")
         atomic_write(self.part("runs", key.run_id), lambda tmp: pq.write_table(arrow, tmp))
 
-    def read(self, table: str) -> pd.DataFrame:
-        """A whole table (every run's part), or an empty frame with the table's columns."""
+    def read(self, table: str, run_ids: list[str] | None = None) -> pd.DataFrame:
+        """A whole table (every run's part, or those of ``run_ids`` that exist), or an empty
+        frame with the table's columns. A part that cannot be read raises
+        :class:`ResultsFolderError` naming it."""
         if table not in SCHEMAS:
             raise ValueError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
         directory = self.root / table
-        if not directory.is_dir() or not any(directory.glob("*.parquet")):
+        if run_ids is None:
+            paths = sorted(directory.glob("*.parquet")) if directory.is_dir() else []
+        else:
+            paths = [p for p in (self.part(table, r) for r in dict.fromkeys(run_ids)) if p.exists()]
+        if not paths:
             return SCHEMAS[table].empty_table().to_pandas()
-        frame = pd.read_parquet(directory, schema=SCHEMAS[table])  # a column a part lacks reads as null
+        try:  # a column a part lacks reads as null
+            frame = pd.read_parquet([str(p) for p in paths], schema=SCHEMAS[table])
+        except (OSError, pa.ArrowException) as exc:
+            bad = next(((p, r) for p in paths if (r := verify.unreadable(p))), (directory, str(exc)))
+            raise ResultsFolderError(
+                f"{bad[0]}: unreadable part ({bad[1]}); `cirbench results verify --repair --results {self.root}` "
+                "moves the damaged cells aside so that the next run redoes them"
+            ) from None
         for column, value in _READ_DEFAULTS.items():
-            if column in frame.columns:
+            if column in frame.columns and frame[column].isna().any():
                 frame[column] = frame[column].fillna(value)
+                if isinstance(value, int):
+                    frame[column] = frame[column].astype("int64")
         return frame
