@@ -185,6 +185,7 @@ class HUGConfig(MethodConfig):
     heads_train_composer: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.init_a <= 0:
             raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
         if self.fc_form not in ("sigmoid", "infonce"):
