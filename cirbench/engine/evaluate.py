@@ -23,8 +23,6 @@ def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
 NO_SUBSET_RANK = -1
 """``subset_rank`` of a query whose protocol has no subset recall."""
 RANK_COLUMNS: list[str] = ["query", "group", "rank", "subset_rank", "ties", "subset_ties"]
-SUBSET_KEYS = 1 << 32
-"""Added to a query's position to key its subset tie-break apart from its global one."""
 
 
 @dataclass
@@ -33,8 +31,8 @@ class Evaluation:
     query (``query``: its position in the split, ``group``, ``rank``: the 0-based rank of
     its target in the group's gallery, a hit at K iff ``rank < K``; ``subset_rank``: the
     same within its subset, :data:`NO_SUBSET_RANK` where there is no subset recall;
-    ``ties`` and ``subset_ties``: the columns scored exactly as the target, among which a
-    seeded, uniformly random tie-break placed it: :func:`~cirbench.engine.retrieval.rank_and_ties`) and
+    ``ties`` and ``subset_ties``: the columns scored exactly as the target, recall counting
+    a tie at its expected value: :func:`~cirbench.engine.retrieval.hit_probability`) and
     ``n_nonfinite_queries``, the queries with a NaN or infinite score (misses where the
     target's score is one)."""
 
@@ -58,8 +56,8 @@ def evaluate(
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images
-    score strictly higher than its target, ties broken uniformly at random (seeded by the
-    query), a non-finite target score as a miss; the reference is excluded from the ranking when
+    score strictly higher than its target, a tie at its expected value under a random
+    tie-break, a non-finite target score as a miss; the reference is excluded from the ranking when
     the dataset's protocol says so. Subset recall (CIRR) ranks within each query's subset.
     """
     was_training = method.training
@@ -88,7 +86,7 @@ def evaluate(
             nonfinite += int((~torch.isfinite(scores)).any(dim=1).sum())
             target_col = torch.tensor([column.get(int(t), -1) for t in split.target[part]])
             exclude = torch.tensor([column.get(int(r), -1) for r in split.reference[part]]) if protocol.exclude_reference else None
-            ranks.append(rank_and_ties(scores, target_col, exclude, keys=torch.from_numpy(part)))
+            ranks.append(rank_and_ties(scores, target_col, exclude))
             if split.subset is not None and protocol.subset_recall_at:
                 members = [split.subset[i] for i in part]
                 width = max(len(m) for m in members)
@@ -99,14 +97,13 @@ def evaluate(
                 sub = subset_scores(scores, cols)
                 position = (cols == target_col[:, None]).float().argmax(dim=1)
                 found = (cols == target_col[:, None]).any(dim=1)
-                subset_ranks.append(rank_and_ties(sub, torch.where(found, position, torch.full_like(position, -1)),
-                                                  keys=torch.from_numpy(part) + SUBSET_KEYS))
+                subset_ranks.append(rank_and_ties(sub, torch.where(found, position, torch.full_like(position, -1))))
         all_ranks, all_ties = (torch.cat(t) for t in zip(*ranks))
-        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at).items()}
+        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at, all_ties).items()}
         sub_ranks, sub_ties = ((torch.cat(t) for t in zip(*subset_ranks)) if subset_ranks
                                else (torch.full_like(all_ranks, NO_SUBSET_RANK), torch.zeros_like(all_ranks)))
         if subset_ranks:
-            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at).items()})
+            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at, sub_ties).items()})
         results[str(group)] = metrics
         rank_frames.append(pd.DataFrame({
             "query": rows.astype(np.int64), "group": str(group),

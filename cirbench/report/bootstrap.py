@@ -34,7 +34,8 @@ def resample_counts(n: int, n_resamples: int, rng: np.random.Generator) -> np.nd
 
 @dataclass(frozen=True)
 class RankTerm:
-    """``weight`` x the share of ``group``'s queries whose ``column`` rank is below ``k``."""
+    """``weight`` x the share of ``group``'s queries whose ``column`` rank is below ``k``
+    (a tie counted at its expected value, from the ``ties`` / ``subset_ties`` column)."""
 
     group: str
     column: str
@@ -69,6 +70,20 @@ def rank_terms(column: str, metrics: pd.DataFrame) -> list[RankTerm]:
     return [RankTerm(match.group("group") or "all", kind, int(match.group("k")), 1.0)]
 
 
+_TIES = {"rank": "ties", "subset_rank": "subset_ties"}
+
+
+def _hits(own: pd.DataFrame, term: RankTerm) -> np.ndarray:
+    """Each query's hit at ``term.k`` (1 or 0; between for a tie: its expected value, as
+    :func:`cirbench.engine.retrieval.hit_probability`). Ranks stored before the ties
+    columns existed count no ties."""
+    ranks = own[term.column].to_numpy()
+    ties = own[_TIES[term.column]].to_numpy(dtype=float) if _TIES[term.column] in own.columns else None
+    if ties is None or not np.nan_to_num(ties).any():
+        return ranks < term.k
+    return np.clip((term.k - ranks) / (np.nan_to_num(ties) + 1), 0, 1)
+
+
 class QueryBootstrap:
     """Resamples of the validation queries, within each group (a FashionIQ category is
     resampled on its own and the categories averaged as the metric does)."""
@@ -97,7 +112,7 @@ class QueryBootstrap:
                 raise ValueError(f"run {run_id} has no rank for some validation queries of group {group!r}")
             for term in self.terms:
                 if term.group == group:
-                    out[:, j] += term.weight * (own[term.column].to_numpy() < term.k)
+                    out[:, j] += term.weight * _hits(own, term)
         return out
 
     def point(self, run_ids: Sequence[str]) -> np.ndarray:
