@@ -15,15 +15,34 @@ class ConfigError(ValueError):
     """A ``--set`` entry that names no field or whose value does not fit the field's type."""
 
 
+def key_value(entry: str) -> tuple[str, str] | None:
+    """``"key=value"`` -> ``("key", "value")``, both stripped; None without ``=`` or a key.
+    Every ``key=value`` option (``--set``, ``--dataset-option``, ``--scheduler-option``) reads so."""
+    key, eq, value = entry.partition("=")
+    return (key.strip(), value.strip()) if eq and key.strip() else None
+
+
+def parse_key_values(entries: list[str], example: str) -> dict[str, str]:
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; a malformed entry raises ConfigError
+    naming it and an ``example`` entry."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        pair = key_value(entry)
+        if pair is None:
+            raise ConfigError(f"{entry!r}: expected key=value, e.g. {example}")
+        out[pair[0]] = pair[1]
+    return out
+
+
 def parse_overrides(entries: list[str]) -> dict[str, dict[str, str]]:
     """``["sprc.lr=1e-3", "conesep.ot=false"]`` -> ``{"sprc": {"lr": "1e-3"}, "conesep": {"ot": "false"}}``."""
     out: dict[str, dict[str, str]] = {}
     for entry in entries:
-        name, eq, value = entry.partition("=")
-        scope, dot, key = name.strip().partition(".")
-        if not eq or not dot or not scope or not key:
+        name, value = key_value(entry) or ("", "")
+        scope, dot, key = name.partition(".")
+        if not dot or not scope or not key:
             raise ConfigError(f"--set {entry!r}: expected <method>.<key>=<value>, e.g. conesep.omega=0.4")
-        out.setdefault(scope, {})[key.strip()] = value.strip()
+        out.setdefault(scope, {})[key.strip()] = value
     return out
 
 

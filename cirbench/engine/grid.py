@@ -9,7 +9,7 @@ import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -85,6 +85,16 @@ class CellOutcome:
     final: dict[str, dict[str, float]] = field(default_factory=dict)
     error: str = ""
     result: TrainResult | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What a worker process or a scheduler job sends back: plain data that pickles
+        without the method class (a user's plugin module may not import elsewhere)."""
+        return {"run_id": self.cell.key.run_id, "status": self.status, "error": self.error, "final": self.final}
+
+    @classmethod
+    def from_record(cls, cell: Cell, record: dict[str, Any]) -> "CellOutcome":
+        """The outcome of ``cell`` from a :meth:`record` sent back by another process."""
+        return cls(cell, record["status"], record.get("final") or {}, record.get("error") or "")
 
 
 class GridError(ValueError):
@@ -226,6 +236,19 @@ class Grid:
             raise GridError(str(exc)) from None
         return cells
 
+    def pending(self) -> list[Cell]:
+        """The cells still to run: those the store does not hold as complete (every cell
+        with ``overwrite``)."""
+        return [c for c in self.cells if self.spec.overwrite or not self.store.is_complete(c.key.run_id)]
+
+    def cell(self, run_id: str) -> Cell:
+        """The cell ``run_id`` of this grid; RuntimeError when the grid has none (a job or
+        worker rebuilt the grid with other code or method versions)."""
+        cell = next((c for c in self.cells if c.key.run_id == run_id), None)
+        if cell is None:
+            raise RuntimeError(f"cell {run_id} is not in this grid any more (did a method version or the code change?)")
+        return cell
+
     def dataset(self) -> CIRDataset:
         """The grid's dataset, loaded once."""
         if self._dataset is None:
@@ -356,7 +379,7 @@ class Grid:
 
     def _evaluate_reference(self, cell: Cell, announce: Callable[[str], None]) -> CellOutcome:
         """Evaluate one reference row and write its results (under its lock)."""
-        spec, key = self.spec, cell.key
+        key = cell.key
         started = dt.datetime.now(dt.timezone.utc)
         row = self._base_row(cell, started)
         row["is_reference"] = True
@@ -449,3 +472,11 @@ class Grid:
         finally:
             if lock is not None:
                 lock.release()
+
+
+def run_cell_by_id(spec: GridSpec, run_id: str, announce: Callable[[str], None]) -> dict[str, Any]:
+    """The body of a worker process or a scheduler job: rebuild ``spec``'s grid, run its
+    cell ``run_id`` (which writes the cell's parts to the store) and return the outcome's
+    :meth:`CellOutcome.record`."""
+    grid = Grid(spec)
+    return grid.run_cell(grid.cell(run_id), progress=lambda info: None, announce=announce).record()
