@@ -6,7 +6,7 @@ import dataclasses
 import json
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import Any, Callable, Mapping, TypeVar, Union
 
 C = TypeVar("C")
 
@@ -86,17 +86,29 @@ def _convert(text: str, kind: Any, where: str) -> Any:
     raise ConfigError(f"{where}: cannot set a field of type {kind!r} from the command line")
 
 
+def typed_values(cls: type, texts: Mapping[str, str], where: Callable[[str], str],
+                 unknown: Callable[[str, list[str]], str]) -> dict[str, Any]:
+    """``texts`` (field name -> text) converted to the declared types of the dataclass
+    ``cls``'s fields, for ``cls(**values)``. ConfigError names the entry (``where(key)``), or
+    for a key that is no field ``unknown(key, field names)``."""
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, text in texts.items():
+        if key not in fields:
+            raise ConfigError(unknown(key, fields))
+        values[key] = _convert(str(text), hints[key], where(key))
+    return values
+
+
 def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
     """An instance of the dataclass ``cls`` with ``overrides`` applied, each value converted
     to its field's declared type. Unknown keys raise with the list of valid ones, a value
     the config's own checks refuse with the ``--set`` entries given."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {}
-    for key, text in overrides.items():
-        if key not in fields:
-            raise ConfigError(f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}")
-        values[key] = _convert(text, hints[key], f"--set {scope}.{key}")
+    values = typed_values(
+        cls, overrides, lambda key: f"--set {scope}.{key}",
+        lambda key, fields: f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}",
+    )
     try:
         return cls(**values)
     except ValueError as exc:  # the config's own range checks

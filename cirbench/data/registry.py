@@ -9,6 +9,7 @@ from typing import Protocol
 
 from cirbench.data.base import CIRDataset
 from cirbench.data.real import FileDatasetLoader
+from cirbench.data.shapes import ShapesParams, load_shapes
 from cirbench.registry import Registry
 
 
@@ -29,13 +30,9 @@ class ShapesLoader:
 
     def key(self) -> str:
         """The generated content's key (parameters and generator version), known before generating."""
-        from cirbench.data.shapes import ShapesParams
-
         return ShapesParams(**self.params).key()
 
     def __call__(self, cache_dir: Path, data_root: Path | None) -> CIRDataset:
-        from cirbench.data.shapes import ShapesParams, load_shapes
-
         return load_shapes(Path(cache_dir) / "shapes", ShapesParams(**self.params))
 
 

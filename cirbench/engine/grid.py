@@ -18,6 +18,7 @@ import torch
 import cirbench
 from cirbench import defaults
 from cirbench.backbones.registry import BACKBONES
+from cirbench.checkpoint import save_checkpoint as write_checkpoint
 from cirbench.config import build_config, config_to_dict
 from cirbench.data.base import CIRDataset
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
@@ -27,11 +28,13 @@ from cirbench.engine.collapse import collapse_reason, final_recall
 from cirbench.engine.distributed import broadcast_object, is_main_process, main_process_first, world_size
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
+from cirbench.engine.online import OnlineTokens, check_cache_fits
 from cirbench.engine.reference import REFERENCE_ROWS, TextOnly
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
 from cirbench.provenance import git_commit, package_versions
+from cirbench.results.atomic import atomic_write_text
 from cirbench.results.locks import CellLock
 from cirbench.results.store import CellKey, ResultsFolderError, ResultsStore
 
@@ -257,8 +260,6 @@ class Grid:
             self._dataset = loader(self.spec.cache_dir, self.spec.data_root, **extra)
             dropped = self._dataset.info.get("dropped")
             if dropped:  # accepted with --allow-missing: list them beside the results
-                from cirbench.results.atomic import atomic_write_text
-
                 self.dropped_path = self.spec.output / "dropped" / f"{self._dataset.key}.json"
                 record = {"dataset": self.spec.dataset, "dataset_key": self._dataset.key, "data_root": str(self.spec.data_root or ""),
                           "problems": self._dataset.info.get("problems", []), "dropped": dropped}
@@ -271,14 +272,10 @@ class Grid:
         cache fits) and in memory, or computed on the fly with ``features="online"``."""
         backbone.to(torch.device(self.spec.device))  # the tower runs where the cell will
         if self.spec.features == "online":  # no cache: tokens computed from the images when indexed
-            from cirbench.engine.online import OnlineTokens
-
             return OnlineTokens(self.dataset(), backbone, workers=self.spec.decode_workers)
         key = backbone.tower_key()
         if key not in self._tokens:
             if not cache_path(self.spec.cache_dir, self.dataset(), backbone).exists():
-                from cirbench.engine.online import check_cache_fits
-
                 announce(f"feature cache: {check_cache_fits(self.dataset(), backbone, self.spec.cache_dir) / 2**30:.2f} GiB to write")
             with main_process_first():  # under torchrun, rank 0 builds the cache and the others read it
                 self._tokens[key] = image_tokens(
@@ -419,8 +416,6 @@ class Grid:
 
     def save_checkpoint(self, cell: Cell, result: TrainResult, backbone, dataset: CIRDataset) -> Path:
         """Save a trained cell's weights to ``<output>/checkpoints/<run_id>.pt`` (see :mod:`cirbench.checkpoint`)."""
-        from cirbench.checkpoint import save_checkpoint
-
         spec, key = self.spec, cell.key
         metadata = {
             "run_id": key.run_id, "method": key.method, "method_source": cell.source, "backbone": spec.backbone,
@@ -429,7 +424,7 @@ class Grid:
             "plugin_files": [str(p) for p in spec.plugin_files], "noise_protocol": spec.noise_protocol,
             "noise_rate": key.noise_rate,
         }
-        return save_checkpoint(result.method, spec.output / "checkpoints" / f"{key.run_id}.pt", metadata)
+        return write_checkpoint(result.method, spec.output / "checkpoints" / f"{key.run_id}.pt", metadata)
 
     def _finish(self, key: CellKey, row: dict, started: dt.datetime, tables: dict) -> None:
         if not is_main_process():  # under torchrun, results are written once, by rank 0
