@@ -232,11 +232,17 @@ def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size
 
 
 class FileDatasetLoader:
-    """A registry entry for a dataset read from the user's files (see the module docstring);
-    the dataset module is imported on first use."""
+    """A registry entry for a dataset read from the user's files (see the module docstring;
+    a :class:`~cirbench.data.registry.DatasetLoader`); the dataset module is imported on first use."""
+
+    files = True
 
     def __init__(self, name: str, description: str, module: str) -> None:
         self.name, self.description, self._module_name = name, description, module
+
+    def key(self) -> None:
+        """None: the content key of files is known only once they are read."""
+        return None
 
     @property
     def module(self) -> ModuleType:

@@ -87,7 +87,7 @@ def preflight(grid: Grid) -> Preflight | None:
     """Load a dataset read from the user's files before any cell runs, so that one failing
     its check stops the run here (DatasetProblemsError, ValueError or OSError); None for a
     generated dataset."""
-    if not hasattr(DATASETS.get(grid.spec.dataset), "check"):
+    if not DATASETS.get(grid.spec.dataset).files:
         return None
     dataset = grid.dataset()
     return Preflight(int(dataset.info.get("n_warnings") or 0), list(dataset.info.get("dropped") or []), grid.dropped_path)
