@@ -18,7 +18,7 @@ from rich.markup import escape
 from cirbench import defaults
 from cirbench.cli_options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Jobs,
-    NoiseProtocol, Opt, Plugins, Precision, Seeds, Weights, _dataset_options, _fail, _print_problems, _split, console,
+    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _print_problems, _split, console,
 )
 from cirbench.cli_tools import data_app, list_, predict, results_app
 from cirbench.config import ConfigError, parse_overrides
@@ -73,7 +73,7 @@ def run(
     if launcher == "none":
         dist_env, device = init_distributed(device)
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
-    grid = _run_grid(methods, noise, ablate, set_, plugin, dict(
+    grid = _validated_grid(methods, noise, ablate, set_, plugin, dict(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
@@ -90,7 +90,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _run_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
+def _validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
     --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""
     from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
@@ -246,6 +246,7 @@ def _calibration_checks(grid, seeds: str) -> bool:
 
 
 def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
+    """Build the report of ``results`` into ``output``; whether it was written (else the error is printed)."""
     from cirbench.report import ReportError, build_report
     from cirbench.report.published import PublishedFileError
     from cirbench.results.store import ResultsFolderError
@@ -261,7 +262,7 @@ def _build_report(results: Path, output: Path, published: list[Path] | None = No
 
 @app.command()
 def report(
-    results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
+    results: Results = Path("results"),
     output: Path = typer.Option(Path("reports"), "--output", "-o", help="Where the figures, report.md and index.html go."),
     published: list[Path] = typer.Option(
         [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cirbench.cli_options import _dataset_options, _fail, _print_problems, console
+from cirbench.cli_options import Results, _dataset_options, _fail, _print_problems, console
 
 
 results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
@@ -18,7 +18,7 @@ results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
 
 @results_app.command("verify")
 def results_verify(
-    results: Path = typer.Option(Path("results"), "--results", "-r", help="Results directory (parquet tables)."),
+    results: Results = Path("results"),
     repair: bool = typer.Option(
         False, "--repair", help="Move each damaged cell's files under <results>/quarantine/<time>/ (never deleted), "
         "so that the next `cirbench run` of its grid redoes it."
