@@ -19,7 +19,10 @@ import numpy as np
 import torch
 
 import cirbench
+from cirbench.backbones.registry import BACKBONES
+from cirbench.config import config_to_dict
 from cirbench.method import Batch, Method, TrainingContext
+from cirbench.results.atomic import atomic_write
 
 FORMAT = "cirbench-checkpoint-1"
 
@@ -40,9 +43,6 @@ def save_checkpoint(method: Method, path: Path, metadata: dict[str, Any]) -> Pat
     The metadata is completed with the method's name, version and config, the training
     context and the backbone's ``tower_key``; the caller adds how to rebuild the backbone
     (``backbone``, ``weights``, ``seed``) and where the data came from."""
-    from cirbench.config import config_to_dict
-    from cirbench.results.atomic import atomic_write
-
     skip = set(frozen_keys(method))
     state = {k: v.detach().cpu().clone() for k, v in method.state_dict().items() if k not in skip}
     ctx = method.context
@@ -93,8 +93,6 @@ def load_method(path: Path, method_cls: type[Method], cache_dir: Path, device: t
     """Rebuild the method of a checkpoint: its backbone (checked against the saved
     ``tower_key``), config and training context, then its weights (strictly: every key
     but the frozen tower's must match)."""
-    from cirbench.backbones.registry import BACKBONES
-
     meta, state = read_checkpoint(path)
     if method_cls.name != meta["method_name"] or method_cls.version != meta["method_version"]:
         raise CheckpointError(

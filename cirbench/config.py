@@ -6,7 +6,7 @@ import dataclasses
 import json
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import Any, Callable, Mapping, TypeVar, Union
 
 C = TypeVar("C")
 
@@ -15,15 +15,34 @@ class ConfigError(ValueError):
     """A ``--set`` entry that names no field or whose value does not fit the field's type."""
 
 
+def key_value(entry: str) -> tuple[str, str] | None:
+    """``"key=value"`` -> ``("key", "value")``, both stripped; None without ``=`` or a key.
+    Every ``key=value`` option (``--set``, ``--dataset-option``, ``--scheduler-option``) reads so."""
+    key, eq, value = entry.partition("=")
+    return (key.strip(), value.strip()) if eq and key.strip() else None
+
+
+def parse_key_values(entries: list[str], example: str) -> dict[str, str]:
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; a malformed entry raises ConfigError
+    naming it and an ``example`` entry."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        pair = key_value(entry)
+        if pair is None:
+            raise ConfigError(f"{entry!r}: expected key=value, e.g. {example}")
+        out[pair[0]] = pair[1]
+    return out
+
+
 def parse_overrides(entries: list[str]) -> dict[str, dict[str, str]]:
     """``["sprc.lr=1e-3", "conesep.ot=false"]`` -> ``{"sprc": {"lr": "1e-3"}, "conesep": {"ot": "false"}}``."""
     out: dict[str, dict[str, str]] = {}
     for entry in entries:
-        name, eq, value = entry.partition("=")
-        scope, dot, key = name.strip().partition(".")
-        if not eq or not dot or not scope or not key:
+        name, value = key_value(entry) or ("", "")
+        scope, dot, key = name.partition(".")
+        if not dot or not scope or not key:
             raise ConfigError(f"--set {entry!r}: expected <method>.<key>=<value>, e.g. conesep.omega=0.4")
-        out.setdefault(scope, {})[key.strip()] = value.strip()
+        out.setdefault(scope, {})[key.strip()] = value
     return out
 
 
@@ -67,17 +86,29 @@ def _convert(text: str, kind: Any, where: str) -> Any:
     raise ConfigError(f"{where}: cannot set a field of type {kind!r} from the command line")
 
 
+def typed_values(cls: type, texts: Mapping[str, str], where: Callable[[str], str],
+                 unknown: Callable[[str, list[str]], str]) -> dict[str, Any]:
+    """``texts`` (field name -> text) converted to the declared types of the dataclass
+    ``cls``'s fields, for ``cls(**values)``. ConfigError names the entry (``where(key)``), or
+    for a key that is no field ``unknown(key, field names)``."""
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, text in texts.items():
+        if key not in fields:
+            raise ConfigError(unknown(key, fields))
+        values[key] = _convert(str(text), hints[key], where(key))
+    return values
+
+
 def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
     """An instance of the dataclass ``cls`` with ``overrides`` applied, each value converted
     to its field's declared type. Unknown keys raise with the list of valid ones, a value
     the config's own checks refuse with the ``--set`` entries given."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {}
-    for key, text in overrides.items():
-        if key not in fields:
-            raise ConfigError(f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}")
-        values[key] = _convert(text, hints[key], f"--set {scope}.{key}")
+    values = typed_values(
+        cls, overrides, lambda key: f"--set {scope}.{key}",
+        lambda key, fields: f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}",
+    )
     try:
         return cls(**values)
     except ValueError as exc:  # the config's own range checks

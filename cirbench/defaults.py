@@ -1,5 +1,7 @@
 """The default training schedule of a cell, shared by :class:`cirbench.engine.grid.GridSpec`
-and the CLI (which must not import torch to print its help).
+and the CLI (which must not import torch to print its help), and the calibration grid's
+methods and noise rates, shared by the grid (:mod:`cirbench.engine.calibrate`) and its
+checks (:mod:`cirbench.report.calibration`).
 
 Chosen by calibrating the embedded benchmark with the ordinary baseline, the perfect filter
 and the reference rows only (``docs/benchmark.md``); 128 is also the papers' batch size.
@@ -7,3 +9,5 @@ and the reference rows only (``docs/benchmark.md``); 128 is also the papers' bat
 
 EPOCHS = 10
 BATCH_SIZE = 128
+CALIBRATION_METHODS = ["sprc", "oracle"]
+CALIBRATION_RATES = [0.0, 0.5, 0.8]

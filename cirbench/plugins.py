@@ -80,7 +80,6 @@ def methods_in(module: ModuleType) -> list[type[Method]]:
         if inspect.isclass(obj)
         and issubclass(obj, Method)
         and obj.__module__ == module.__name__
-        and not inspect.isabstract(obj)
         and isinstance(getattr(obj, "name", None), str)
     ]
 

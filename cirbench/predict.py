@@ -19,8 +19,15 @@ import numpy as np
 import torch
 
 from cirbench.backbones.base import TextBatch
+from cirbench.checkpoint import CheckpointError, load_method, read_checkpoint
 from cirbench.data.base import CIRDataset
+from cirbench.data.registry import DATASETS
+from cirbench.engine.features import image_tokens
+from cirbench.engine.grid import base_method
 from cirbench.method import Method
+from cirbench.plugins import discover_methods
+from cirbench.results.atomic import atomic_write_text
+from cirbench.results.store import ResultsStore
 
 RECALL_TOP_K = 50
 SUBSET_TOP_K = 3
@@ -90,8 +97,6 @@ def rank_test_queries(
 
 def write_submission(submission: Submission, directory: Path, name: str) -> tuple[Path, Path]:
     """Write ``recall_submission_<name>.json`` and ``recall_subset_submission_<name>.json``."""
-    from cirbench.results.atomic import atomic_write_text
-
     paths = []
     for metric, predictions in (("recall", submission.recall), ("recall_subset", submission.recall_subset)):
         blob = {"version": "rc2", "metric": metric, **predictions}
@@ -104,9 +109,6 @@ def write_submission(submission: Submission, directory: Path, name: str) -> tupl
 def _check_record(checkpoint: Path, meta: dict) -> None:
     """Refuse a checkpoint whose run's record, in the results folder it lies in
     (``<results>/checkpoints/<run_id>.pt``), is damaged or not completed."""
-    from cirbench.checkpoint import CheckpointError
-    from cirbench.results.store import ResultsStore
-
     results = Path(checkpoint).resolve().parent.parent
     if not (results / "runs" / f"{meta['run_id']}.parquet").exists():
         return  # a checkpoint outside its results folder: nothing to check it against
@@ -129,12 +131,6 @@ def predict_cirr(
     announce: Callable[[str], None] = lambda message: None,
 ) -> tuple[Path, Path]:
     """Load a saved CIRR run and write its test1 submission files under ``output``."""
-    from cirbench.checkpoint import CheckpointError, load_method, read_checkpoint
-    from cirbench.data.registry import DATASETS
-    from cirbench.engine.features import image_tokens
-    from cirbench.engine.grid import base_method
-    from cirbench.plugins import discover_methods
-
     meta, _ = read_checkpoint(checkpoint)
     _check_record(checkpoint, meta)
     if meta["dataset"] != "cirr":

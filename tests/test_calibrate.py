@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.calibrate import calibration_checks, calibration_grid
+from cirbench.engine.calibrate import calibration_grid
+from cirbench.report.calibration import calibration_checks
 from cirbench.engine.grid import GridSpec
 from cirbench.report.load import load_results
 from cirbench.results.store import CellKey, ResultsStore

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("submitit")
 
 from cirbench.engine.grid import Grid, GridError, GridSpec  # noqa: E402
-from cirbench.launch import absolute_spec, pending_cells, submit_grid  # noqa: E402
+from cirbench.engine.launch import absolute_spec, pending_cells, submit_grid  # noqa: E402
 
 
 def _spec(tmp_path: Path, data_dir: Path) -> GridSpec:

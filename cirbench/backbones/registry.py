@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Protocol
 
 from cirbench.backbones.base import Backbone
+from cirbench.backbones.blip2 import Blip2Backbone
+from cirbench.backbones.clip import ClipBackbone
+from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.registry import Registry
 
 
@@ -28,8 +31,6 @@ class TinyFactory:
                    "composer pre-trained on disjoint synthetic data), stage1, random or pretrained")
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
-        from cirbench.backbones.tiny_pretrain import build_tiny
-
         return build_tiny(weights, seed, cache_dir)
 
 
@@ -43,8 +44,6 @@ class Blip2Factory:
     description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
-        from cirbench.backbones.blip2 import Blip2Backbone
-
         return Blip2Backbone.from_pretrained(weights)
 
 
@@ -54,8 +53,6 @@ class ClipFactory:
     description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
-        from cirbench.backbones.clip import ClipBackbone
-
         return ClipBackbone.from_weights(weights, seed=seed)
 
 

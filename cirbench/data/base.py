@@ -8,7 +8,7 @@ tower's outputs can be cached once per image and reused by every cell of a grid.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -135,9 +135,3 @@ class CIRDataset:
                         f"{self.name}/{split_name}: sample {split.sample_ids[i]!r} has an out-of-range "
                         f"{column} image index {int(values[i])}"
                     )
-
-
-def training_images(dataset: CIRDataset) -> Sequence[int]:
-    """Indices of every image used by the training split (for caches and noise protocols)."""
-    used = np.union1d(dataset.train.reference, dataset.train.target[dataset.train.target >= 0])
-    return used.tolist()

@@ -7,21 +7,16 @@ reference and target stay as they were, so the two images are still visually clo
 the text describes an edit of a similar-looking image. A donor whose text equals the
 sample's own is never chosen, so every chosen sample is truly noisy. Donors may share the
 sample's reference image (another edit of the very same picture: the hardest case).
-
-The module imports nothing from :mod:`cirbench.data.noise` at import time, so that module
-can register this protocol without an import cycle.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from cirbench.data.base import TripletSplit
-
-if TYPE_CHECKING:
-    from cirbench.data.noise import NoiseContext, Proposal
+from cirbench.data.proposal import NoiseContext, Proposal, choose_noisy, untouched
 
 _CHUNK = 1024
 
@@ -55,15 +50,10 @@ class HardProtocol:
     description = "hard noise (ConeSep Fig. 1): each chosen triplet gets the text of a triplet with a visually close reference"
     neighbours: ClassVar[int] = 10
 
-    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: "NoiseContext") -> "Proposal":
+    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         """Chosen samples take a nearest-neighbour donor's text; attempted type ``caption``."""
-        from cirbench.data.noise import Proposal, choose_noisy
-
         n = len(split)
-        out = Proposal(
-            reference=split.reference.copy(), text_source=np.arange(n), target=split.target.copy(),
-            attempted=np.full(n, "clean", dtype=object),
-        )
+        out = untouched(split)
         chosen = choose_noisy(n, rate, rng)
         if len(chosen) == 0:
             return out

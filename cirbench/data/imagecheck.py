@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal, Mapping
 
 from cirbench.data.files import decode_image
+from cirbench.results.atomic import atomic_write_text
 
 Level = Literal["header", "deep"]
 _CACHE_VERSION = 2
@@ -109,7 +110,5 @@ def unreadable_images(
             if error is not None:
                 bad[name] = error
     if cache_file is not None and updated != cached:
-        from cirbench.results.atomic import atomic_write_text
-
         atomic_write_text(json.dumps({"version": _CACHE_VERSION, "root": str(base), "files": updated}), cache_file)
     return bad

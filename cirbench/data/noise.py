@@ -6,8 +6,9 @@ flag of every sample from what actually changed: a permuted value that landed ba
 own sample (or on an equal value) leaves that sample clean, unlike the public TME/ConeSep
 code, which counts it as noisy. Only the training split is ever corrupted.
 
-Protocols register under a name in :data:`NOISE_PROTOCOLS`; a later protocol (e.g. hard
-noise by nearest-neighbour caption swap) is one more class with a ``propose`` method.
+Protocols register under a name in :data:`NOISE_PROTOCOLS`; a protocol (e.g. hard noise by
+nearest-neighbour caption swap, :mod:`cirbench.data.hard_noise`) is one class with a ``propose``
+method returning a :class:`~cirbench.data.proposal.Proposal`.
 """
 
 from __future__ import annotations
@@ -15,60 +16,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, ClassVar, Protocol
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.hard_noise import HardProtocol
+from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
 from cirbench.registry import Registry
+from cirbench.results.atomic import atomic_write_parquet
+
+__all__ = ["NOISE_PROTOCOLS", "NOISE_TYPES", "NoiseContext", "NoiseManifest", "NoiseProtocol", "Proposal", "choose_noisy",
+           "inject_noise"]
 
 NOISE_TYPES = ("clean", "reference", "caption", "target")
-
-
-@dataclass
-class NoiseContext:
-    """What a protocol may use besides the split: the dataset, and (lazily) one pooled
-    frozen-tower feature per image, for protocols that pick visually close neighbours."""
-
-    dataset: CIRDataset
-    image_features: Callable[[], np.ndarray] | None = None
-
-
-@dataclass
-class Proposal:
-    """A protocol's output: per sample, the new reference/target image index, the index of
-    the sample whose text it now carries, and the kind of corruption attempted."""
-
-    reference: np.ndarray
-    text_source: np.ndarray
-    target: np.ndarray
-    attempted: np.ndarray  # noise type names, "clean" where untouched
-
-
-class NoiseProtocol(Protocol):
-    """A way of corrupting a training split. ``propose`` must be deterministic in ``rng``."""
-
-    name: ClassVar[str]
-    description: ClassVar[str]
-
-    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal: ...
-
-
-def _untouched(split: TripletSplit) -> Proposal:
-    n = len(split)
-    return Proposal(
-        reference=split.reference.copy(),
-        text_source=np.arange(n),
-        target=split.target.copy(),
-        attempted=np.full(n, "clean", dtype=object),
-    )
-
-
-def choose_noisy(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-    """``int(rate * n)`` distinct sample positions, uniformly at random, in draw order."""
-    return rng.choice(n, size=int(rate * n), replace=False)
 
 
 class ThirdsProtocol:
@@ -79,7 +41,7 @@ class ThirdsProtocol:
     description = "TME/ConeSep protocol: permute references, texts, targets in thirds of the chosen samples"
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
-        out = _untouched(split)
+        out = untouched(split)
         chosen = choose_noisy(len(split), rate, rng)
         cut1, cut2 = int(len(chosen) / 3), int(2 * len(chosen) / 3)
         refs, texts, targets = chosen[:cut1], chosen[cut1:cut2], chosen[cut2:]
@@ -98,7 +60,7 @@ class CaptionProtocol:
     description = "every chosen triplet gets another triplet's modification text"
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
-        out = _untouched(split)
+        out = untouched(split)
         order = rng.permutation(choose_noisy(len(split), rate, rng))
         if len(order) >= 2:
             out.text_source[order] = np.roll(order, -1)
@@ -144,8 +106,6 @@ class NoiseManifest:
 
     def save(self, directory: Path) -> Path:
         """Write the manifest as parquet under ``directory`` (atomically); returns the path."""
-        from cirbench.results.atomic import atomic_write_parquet
-
         directory.mkdir(parents=True, exist_ok=True)
         name = f"{self.dataset_key}-{self.protocol}-{self.rate:g}-seed{self.seed}-{self.hash}.parquet"
         path = directory / name

@@ -20,7 +20,6 @@ import hashlib
 import importlib
 import json
 import os
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +28,8 @@ from typing import Any, Literal, Mapping, TypeVar
 import numpy as np
 
 from cirbench.data.base import CIRDataset, TripletSplit
-from cirbench.data.files import JsonEntryError, read_json_entries, resolve_data_root
+from cirbench.config import ConfigError, typed_values
+from cirbench.data.files import FileImages, JsonEntryError, read_json_entries, resolve_data_root
 from cirbench.data.imagecheck import Level, unreadable_images
 from cirbench.data.problems import CheckReport, DatasetProblemsError, Problem, Severity
 
@@ -39,15 +39,10 @@ O = TypeVar("O")
 def parse_options(cls: type[O], options: Mapping[str, str], dataset: str) -> O:
     """``--dataset-option key=value`` strings -> an instance of the dataclass ``cls``, each
     value converted to its field's type; an unknown key or a bad value raises ConfigError."""
-    from cirbench.config import ConfigError, _convert
-
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
-    for key, text in options.items():
-        if key not in names:
-            raise ConfigError(f"--dataset-option {key}: unknown option for {dataset}; valid options: {', '.join(names)}")
-        values[key] = _convert(str(text), hints[key], f"--dataset-option {key}")
+    values = typed_values(
+        cls, options, lambda key: f"--dataset-option {key}",
+        lambda key, names: f"--dataset-option {key}: unknown option for {dataset}; valid options: {', '.join(names)}",
+    )
     try:
         return cls(**values)
     except ValueError as exc:
@@ -194,8 +189,6 @@ def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size
     unreadable (and, with ``train_repeats=drop``, the training entries that repeat an earlier
     one); ``info["dropped"]`` lists each dropped sample and gallery image with the reason,
     ``info["n_warnings"]`` counts the warnings."""
-    from cirbench.data.files import FileImages
-
     image_ids = sorted(scan.images)
     index = {n: i for i, n in enumerate(image_ids)}
     dropped = list(scan.dropped)
@@ -239,11 +232,17 @@ def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size
 
 
 class FileDatasetLoader:
-    """A registry entry for a dataset read from the user's files (see the module docstring);
-    the dataset module is imported on first use."""
+    """A registry entry for a dataset read from the user's files (see the module docstring;
+    a :class:`~cirbench.data.registry.DatasetLoader`); the dataset module is imported on first use."""
+
+    files = True
 
     def __init__(self, name: str, description: str, module: str) -> None:
         self.name, self.description, self._module_name = name, description, module
+
+    def key(self) -> None:
+        """None: the content key of files is known only once they are read."""
+        return None
 
     @property
     def module(self) -> ModuleType:

@@ -41,6 +41,32 @@ class Evaluation:
     n_nonfinite_queries: int = 0
 
 
+def _subset_rank(scores: torch.Tensor, split: TripletSplit, part: np.ndarray, column: dict[int, int],
+                 target_col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rank and ties of each query of ``part`` within its subset (its members once each,
+    without its reference), from its ``scores`` against the whole gallery (columns: ``column``)."""
+    members = [split.subset[i] for i in part]
+    width = max(len(m) for m in members)
+    cols = torch.full((len(part), width), -1, dtype=torch.long)
+    for i, m in enumerate(members):
+        kept = [column.get(x, -1) for x in dict.fromkeys(map(int, m)) if x != int(split.reference[part[i]])]
+        cols[i, : len(kept)] = torch.tensor(kept, dtype=torch.long)
+    sub = subset_scores(scores, cols)
+    position = (cols == target_col[:, None]).float().argmax(dim=1)
+    found = (cols == target_col[:, None]).any(dim=1)
+    return rank_and_ties(sub, torch.where(found, position, torch.full_like(position, -1)))
+
+
+def _rank_frame(rows: np.ndarray, group: str, ranks: torch.Tensor, subset_ranks: torch.Tensor, ties: torch.Tensor,
+                subset_ties: torch.Tensor) -> pd.DataFrame:
+    """The ``ranks`` rows of one gallery group's queries (see :class:`Evaluation`)."""
+    return pd.DataFrame({
+        "query": rows.astype(np.int64), "group": group,
+        "rank": ranks.numpy().astype(np.int64), "subset_rank": subset_ranks.numpy().astype(np.int64),
+        "ties": ties.numpy().astype(np.int64), "subset_ties": subset_ties.numpy().astype(np.int64),
+    })
+
+
 @torch.inference_mode()
 def evaluate(
     method: Method,
@@ -88,16 +114,7 @@ def evaluate(
             exclude = torch.tensor([column.get(int(r), -1) for r in split.reference[part]]) if protocol.exclude_reference else None
             ranks.append(rank_and_ties(scores, target_col, exclude))
             if split.subset is not None and protocol.subset_recall_at:
-                members = [split.subset[i] for i in part]
-                width = max(len(m) for m in members)
-                cols = torch.full((len(part), width), -1, dtype=torch.long)
-                for i, m in enumerate(members):
-                    kept = [column.get(x, -1) for x in dict.fromkeys(map(int, m)) if x != int(split.reference[part[i]])]
-                    cols[i, : len(kept)] = torch.tensor(kept, dtype=torch.long)
-                sub = subset_scores(scores, cols)
-                position = (cols == target_col[:, None]).float().argmax(dim=1)
-                found = (cols == target_col[:, None]).any(dim=1)
-                subset_ranks.append(rank_and_ties(sub, torch.where(found, position, torch.full_like(position, -1))))
+                subset_ranks.append(_subset_rank(scores, split, part, column, target_col))
         all_ranks, all_ties = (torch.cat(t) for t in zip(*ranks))
         metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at, all_ties).items()}
         sub_ranks, sub_ties = ((torch.cat(t) for t in zip(*subset_ranks)) if subset_ranks
@@ -105,11 +122,7 @@ def evaluate(
         if subset_ranks:
             metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at, sub_ties).items()})
         results[str(group)] = metrics
-        rank_frames.append(pd.DataFrame({
-            "query": rows.astype(np.int64), "group": str(group),
-            "rank": all_ranks.numpy().astype(np.int64), "subset_rank": sub_ranks.numpy().astype(np.int64),
-            "ties": all_ties.numpy().astype(np.int64), "subset_ties": sub_ties.numpy().astype(np.int64),
-        }))
+        rank_frames.append(_rank_frame(rows, str(group), all_ranks, sub_ranks, all_ties, sub_ties))
     if dataset.summarize is not None:
         results.update(dataset.summarize(results))
     method.train(was_training)

@@ -3,7 +3,7 @@
 A small model on a CPU uses two threads poorly: two cells in two single-threaded processes
 finish about a quarter sooner than the same cells one after another with two threads each.
 Each worker rebuilds the grid from the same :class:`~cirbench.engine.grid.GridSpec` and runs
-one cell with :meth:`~cirbench.engine.grid.Grid.run_cell`, which writes that cell's parts
+one cell with :func:`~cirbench.engine.grid.run_cell_by_id`, which writes that cell's parts
 to the results store atomically; the store is the only coordination, as with the
 ``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
 workers start, so that they only read them: the caller runs the reference rows first.
@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.grid import GridSpec, run_cell_by_id
 
 
 def default_jobs(device: str) -> int:
@@ -31,12 +31,7 @@ def _init_worker(threads: int) -> None:
 
 
 def _run_one(spec: GridSpec, run_id: str) -> dict[str, Any]:
-    grid = Grid(spec)
-    cell = next((c for c in grid.cells if c.key.run_id == run_id), None)
-    if cell is None:
-        raise RuntimeError(f"cell {run_id} is not in this grid")
-    outcome = grid.run_cell(cell, progress=lambda info: None, announce=lambda message: None)
-    return {"run_id": run_id, "status": outcome.status, "error": outcome.error, "final": outcome.final}
+    return run_cell_by_id(spec, run_id, announce=lambda message: None)
 
 
 def run_in_processes(spec: GridSpec, run_ids: list[str], jobs: int) -> Iterator[dict[str, Any]]:

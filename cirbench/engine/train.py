@@ -16,7 +16,7 @@ from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
-from cirbench.engine.evaluate import evaluate, metrics_frame
+from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
@@ -127,6 +127,111 @@ def _record_extra_scores(out: StepOutput, index: np.ndarray, extra: dict[str, np
         extra.setdefault(name, np.full(n, np.nan))[index] = values
 
 
+class EpochRecorder:
+    """The bookkeeping of one cell's training: every step's losses and, per epoch, the
+    validation metrics and the method's per-sample view (``purity`` and ``scores`` rows of
+    its main noise score and of each extra score); reports progress after each step and
+    each epoch's validation. The tables of :class:`TrainResult` come from here."""
+
+    def __init__(self, noisy_train: TripletSplit, manifest: NoiseManifest, protocol: str, total_steps: int,
+                 progress: ProgressFn, parallel: bool) -> None:
+        self.n, self.sample_ids = len(noisy_train), noisy_train.sample_ids
+        self.is_noisy, self.noise_type = manifest.is_noisy, manifest.noise_type
+        self.protocol, self.total_steps, self.progress, self.parallel = protocol, total_steps, progress, parallel
+        self.losses: list[dict] = []
+        self.metrics: list[pd.DataFrame] = []
+        self.purity: list[pd.DataFrame] = []
+        self.scores: list[pd.DataFrame] = []
+        self.final: dict[str, dict[str, float]] = {}
+        self.final_ranks, self.nonfinite = pd.DataFrame(), 0
+
+    def start_epoch(self, partition: Partition | None) -> None:
+        """Begin an epoch from the method's epoch-level ``partition`` (or none: per-step views)."""
+        n = self.n
+        self.score = np.full(n, np.nan) if partition is None else np.asarray(partition.noise_score, dtype=float).copy()
+        self.selected = None if partition is None else np.asarray(partition.selected_clean, dtype=bool).copy()
+        self.seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
+        self.extra: dict[str, np.ndarray] = {}
+
+    def record_step(self, epoch: int, step: int, index: np.ndarray, out: StepOutput) -> None:
+        """A step's per-sample view of its batch ``index`` and its losses."""
+        if out.noise_score is not None:
+            self.score[index] = out.noise_score.detach().float().cpu().numpy()
+        if out.selected_clean is not None:
+            if self.selected is None:
+                self.selected = np.ones(self.n, dtype=bool)
+            self.selected[index] = out.selected_clean.detach().cpu().numpy().astype(bool)
+            self.seen_selected[index] = True
+        _record_extra_scores(out, index, self.extra, self.n)
+        self.losses.append({"epoch": epoch, "step": step, "name": "total", "value": float(out.loss.detach())})
+        self.losses.extend({"epoch": epoch, "step": step, "name": k, "value": float(v)} for k, v in out.components.items())
+        self.progress({"epoch": epoch, "step": step, "total_steps": self.total_steps, "loss": float(out.loss.detach())})
+
+    def end_epoch(self, epoch: int, step: int, evaluation: Evaluation) -> None:
+        """The epoch's validation ``evaluation`` and its per-sample views (a view is recorded
+        only where every sample has a value)."""
+        results = evaluation.results
+        if self.parallel:
+            distributed.check_same_on_all_ranks(self.score, "per-sample noise scores")
+            for name in sorted(self.extra):
+                distributed.check_same_on_all_ranks(self.extra[name], f"per-sample {name} scores")
+        self.final, self.final_ranks, self.nonfinite = results, evaluation.ranks, evaluation.n_nonfinite_queries
+        self.metrics.append(metrics_frame(results, epoch, "val", self.protocol))
+        has_partition = self.selected is not None and self.seen_selected.all()
+        has_scores = bool(np.isfinite(self.score).all())
+        views = []  # (score name, partition, score) recorded for this epoch
+        if has_partition or has_scores:
+            views.append((MAIN_SCORE, self.selected if has_partition else None, self.score if has_scores else None))
+        views += [(name, None, values) for name, values in sorted(self.extra.items()) if np.isfinite(values).all()]
+        for name, kept, values in views:
+            rows, per_sample = noise_tables(epoch, name, kept, values, self.sample_ids, self.is_noisy, self.noise_type)
+            self.purity.append(rows)
+            self.scores.append(per_sample)
+        self.progress({"epoch": epoch, "step": step, "total_steps": self.total_steps, "recall": results})
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The ``losses``, ``metrics``, ``purity``, ``scores`` and final ``ranks`` tables."""
+        def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+        return {"losses": pd.DataFrame(self.losses), "metrics": concat(self.metrics), "purity": concat(self.purity),
+                "scores": concat(self.scores), "ranks": self.final_ranks}
+
+
+def _prepare_backbone(backbone: Backbone, device: torch.device, precision: str, gradient_checkpointing: bool,
+                      batch_order: np.ndarray) -> bool:
+    """Set the backbone's precision and checkpointing, and under ``torchrun`` shard it (after
+    checking that every rank has the same ``batch_order``); whether the run is distributed."""
+    use_precision(backbone, device, precision)  # bf16: the backbone's passes only (see cirbench.engine.precision)
+    if gradient_checkpointing:
+        if not hasattr(backbone, "gradient_checkpointing"):
+            raise ValueError(f"backbone {backbone.name!r} does not support gradient checkpointing")
+        backbone.gradient_checkpointing = True
+    parallel = distributed.is_distributed()
+    if parallel:
+        distributed.shard_backbone(backbone)
+        distributed.check_same_on_all_ranks(batch_order, "batch orders")
+    return parallel
+
+
+def optimizer_step(method: Method, optimizer, scheduler, config: MethodConfig, batch: Batch, epoch: int, step: int,
+                   parallel: bool) -> StepOutput:
+    """One training step: the method's loss on ``batch``, checked finite before anything is
+    applied, then backward, gradient averaging across ranks, clipping and the update."""
+    out = method.training_step(batch, epoch, step)
+    if not torch.isfinite(out.loss):  # before the step, so a non-finite loss is never applied
+        raise FloatingPointError(f"{method.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    out.loss.backward()
+    if parallel:
+        distributed.average_gradients(method.parameters())
+    if config.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(method.parameters(), config.grad_clip)
+    optimizer.step()
+    scheduler.step()
+    return out
+
+
 def train_cell(
     method_cls: type[Method],
     config: MethodConfig,
@@ -147,27 +252,17 @@ def train_cell(
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
     manifest's flags are used here for purity and handed to the method only if it is an
-    oracle.
-
-    Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this with
-    the same arguments; the backbone's passes are sharded across ranks and the result is
+    oracle. Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this
+    with the same arguments; the backbone's passes are sharded across ranks and the result is
     that of one process with the same global batch.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
-    use_precision(backbone, device, precision)  # bf16: the backbone's passes only (see cirbench.engine.precision)
-    if gradient_checkpointing:
-        if not hasattr(backbone, "gradient_checkpointing"):
-            raise ValueError(f"backbone {backbone.name!r} does not support gradient checkpointing")
-        backbone.gradient_checkpointing = True
-    parallel = distributed.is_distributed()
-    if parallel:
-        distributed.shard_backbone(backbone)
-        distributed.check_same_on_all_ranks(np.concatenate(epoch_batches(len(noisy_train), batch_size, seed, 0)), "batch orders")
     n = len(noisy_train)
-    train_texts = backbone.tokenize(noisy_train.texts)
+    parallel = _prepare_backbone(backbone, device, precision, gradient_checkpointing,
+                                 np.concatenate(epoch_batches(n, batch_size, seed, 0)))
+    make_batch = BatchMaker(noisy_train, tokens, backbone.tokenize(noisy_train.texts), device)
     val_texts = backbone.tokenize(dataset.val.texts)
-    make_batch = BatchMaker(noisy_train, tokens, train_texts, device)
     steps_per_epoch = len(epoch_batches(n, batch_size, seed, 0))
 
     def iterate(shuffle: bool = True) -> Iterator[Batch]:
@@ -182,70 +277,18 @@ def train_cell(
     if parallel:
         distributed.broadcast_parameters(method)
     optimizer, scheduler = build_optimizer(method, config, backbone, epochs * steps_per_epoch)
-    is_noisy, noise_type = manifest.is_noisy, manifest.noise_type
-
-    losses, metrics, purity, scores = [], [], [], []
-    final: dict[str, dict[str, float]] = {}
-    final_ranks, nonfinite = pd.DataFrame(), 0
+    record = EpochRecorder(noisy_train, manifest, dataset.protocol.describe(), epochs * steps_per_epoch, progress, parallel)
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
-        partition: Partition | None = method.on_epoch_start(epoch)
-        score = np.full(n, np.nan) if partition is None else np.asarray(partition.noise_score, dtype=float).copy()
-        selected = None if partition is None else np.asarray(partition.selected_clean, dtype=bool).copy()
-        seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
-        extra: dict[str, np.ndarray] = {}
+        record.start_epoch(method.on_epoch_start(epoch))
         for index in epoch_batches(n, batch_size, seed, epoch):
             batch = make_batch(index)
             tick = time.perf_counter()
-            out = method.training_step(batch, epoch, step)
-            if not torch.isfinite(out.loss):  # before the step, so a non-finite loss is never applied
-                raise FloatingPointError(f"{method_cls.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            if parallel:
-                distributed.average_gradients(method.parameters())
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(method.parameters(), config.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            out = optimizer_step(method, optimizer, scheduler, config, batch, epoch, step, parallel)
             model_seconds += time.perf_counter() - tick
-            if out.noise_score is not None:
-                score[index] = out.noise_score.detach().float().cpu().numpy()
-            if out.selected_clean is not None:
-                if selected is None:
-                    selected = np.ones(n, dtype=bool)
-                selected[index] = out.selected_clean.detach().cpu().numpy().astype(bool)
-                seen_selected[index] = True
-            _record_extra_scores(out, index, extra, n)
-            losses.append({"epoch": epoch, "step": step, "name": "total", "value": float(out.loss.detach())})
-            losses.extend({"epoch": epoch, "step": step, "name": k, "value": float(v)} for k, v in out.components.items())
-            progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "loss": float(out.loss.detach())})
+            record.record_step(epoch, step, index, out)
             step += 1
-
-        evaluation = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
-        results = evaluation.results
-        if parallel:
-            distributed.check_same_on_all_ranks(score, "per-sample noise scores")
-            for name in sorted(extra):
-                distributed.check_same_on_all_ranks(extra[name], f"per-sample {name} scores")
-        final, final_ranks, nonfinite = results, evaluation.ranks, evaluation.n_nonfinite_queries
-        metrics.append(metrics_frame(results, epoch, "val", dataset.protocol.describe()))
-        has_partition = selected is not None and seen_selected.all()
-        has_scores = bool(np.isfinite(score).all())
-        views = []  # (score name, partition, score) recorded for this epoch
-        if has_partition or has_scores:
-            views.append((MAIN_SCORE, selected if has_partition else None, score if has_scores else None))
-        views += [(name, None, values) for name, values in sorted(extra.items()) if np.isfinite(values).all()]
-        for name, kept, values in views:
-            rows, per_sample = noise_tables(epoch, name, kept, values, noisy_train.sample_ids, is_noisy, noise_type)
-            purity.append(rows)
-            scores.append(per_sample)
-        progress({"epoch": epoch, "step": step, "total_steps": epochs * steps_per_epoch, "recall": results})
-
-    def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-    tables = {"losses": pd.DataFrame(losses), "metrics": concat(metrics), "purity": concat(purity), "scores": concat(scores),
-              "ranks": final_ranks}
-    return TrainResult(tables, final, step, model_seconds, time.perf_counter() - started, method, nonfinite)
+        record.end_epoch(epoch, step, evaluate(method, dataset, dataset.val, tokens, val_texts, device))
+    return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
+                       record.nonfinite)

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.load import COLLAPSE_MARK, NOISE_TYPES, Setting, final_epoch
-from cirbench.report.references import REFERENCE_STYLES, reference_stats
+from cirbench.report.references import OTHER_STYLE, REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
 )
@@ -136,12 +136,12 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
         for name in references.index if column in references_columns else []:
             value = references.loc[name, ("mean", column)]
             if pd.notna(value):
-                ax.axhline(value, **REFERENCE_STYLES[name])
+                ax.axhline(value, **REFERENCE_STYLES.get(name, OTHER_STYLE))
         ax.set_title(column)
         ax.set_ylabel(f"{column} (%)")
         _rate_axis(ax, rates)
     _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles,
-                   extra=[Line2D([], [], **REFERENCE_STYLES[name], label=name) for name in references.index]
+                   extra=[Line2D([], [], **REFERENCE_STYLES.get(name, OTHER_STYLE), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
     return _save(fig, out, "recall_vs_noise", "Recall vs noise rate",
                  "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "

@@ -1,12 +1,12 @@
 """The reference rows of a report: the starting model, the text-blind and text-only rankings
-(:mod:`cirbench.engine.reference`) and the bound of every method, the baseline trained on
-the uncorrupted triplets (its noise-0 cell). Shown beside the results, never ranked."""
+(the runs flagged ``is_reference``: :mod:`cirbench.engine.reference` computes them) and the
+bound of every method, the baseline trained on the uncorrupted triplets (its noise-0 cell).
+Shown beside the results, never ranked."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.report.load import Setting
 from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_columns, seed_stats, summarize, wide_columns
 
@@ -17,6 +17,17 @@ REFERENCE_STYLES: dict[str, dict] = {
     "text_only": {"color": "#2E8B57", "linestyle": ":", "linewidth": 1.4},
     BOUND: {"color": "0.2", "linestyle": "-.", "linewidth": 1.0},
 }
+"""How each reference line is drawn; the rows are listed in this order, any other reference
+row of the results after them by name."""
+OTHER_STYLE: dict = {"color": "0.5", "linestyle": ":", "linewidth": 1.0}
+"""How a reference row the styles above do not name is drawn."""
+
+
+def reference_order(names: list[str]) -> list[str]:
+    """``names`` (reference rows and the bound) in display order: those of
+    :data:`REFERENCE_STYLES` in its order, then the others by name, the bound last."""
+    known = [m for m in REFERENCE_STYLES if m != BOUND and m in names]
+    return known + sorted(set(names) - set(known) - {BOUND}) + ([BOUND] if BOUND in names else [])
 
 
 def reference_stats(setting: Setting) -> pd.DataFrame:
@@ -36,8 +47,7 @@ def reference_stats(setting: Setting) -> pd.DataFrame:
     if not blocks:
         return pd.DataFrame()
     out = pd.concat(blocks)
-    order = [m for m in [*REFERENCE_ROWS, BOUND] if m in out.index]
-    return out.loc[order]
+    return out.loc[reference_order(list(out.index))]
 
 
 def reference_table(setting: Setting) -> TableModel | None:

@@ -3,6 +3,8 @@ the collapse guard and the run summary read (pandas only, so the engine imports 
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 
@@ -12,3 +14,10 @@ def headline_rows(metrics: pd.DataFrame, metric: str | None = None) -> pd.DataFr
     rows = metrics[metrics.split == "val"]
     rows = rows[rows.group == ("average" if (rows.group == "average").any() else "all")]
     return rows if metric is None else rows[rows.metric == metric]
+
+
+def headline_recall(results: dict[str, dict[str, float]], metric: str = "recall@10") -> float:
+    """``metric`` of the headline group in an evaluation's results dict (``all`` where the
+    results have it, else FashionIQ's category ``average``; NaN when neither holds it), as
+    the progress line shows it."""
+    return results.get("all", results.get("average", {})).get(metric, math.nan)

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cirbench.engine.grid import Cell, Grid, GridSpec
+from cirbench.config import ConfigError, parse_key_values
+from cirbench.engine.distributed import init_distributed, is_main_process
+from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec, run_cell_by_id
 
 LAUNCHERS = ("local", "slurm")
 
@@ -49,14 +51,14 @@ class Submission:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
 
     def wait(self) -> list[dict[str, Any]]:
-        """Block until every job ends; one outcome dict per job (``status`` is ``failed``
-        with the error when a job died before writing its cell)."""
+        """Block until every job ends; one :meth:`~cirbench.engine.grid.CellOutcome.record`
+        per job (``status`` is ``failed`` with the error when a job died before writing its cell)."""
         self.outcomes = []
         for cell, job in self.jobs:
             try:
                 self.outcomes.append(job.result())
             except Exception as exc:  # noqa: BLE001 - a crashed job is reported, not raised
-                self.outcomes.append({"run_id": cell.key.run_id, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+                self.outcomes.append(CellOutcome(cell, "failed", error=f"{type(exc).__name__}: {exc}").record())
         return self.outcomes
 
 
@@ -70,31 +72,23 @@ def absolute_spec(spec: GridSpec) -> GridSpec:
 
 
 def pending_cells(grid: Grid) -> tuple[list[Cell], list[Cell]]:
-    """The grid's cells split into (to run, already complete); with ``overwrite`` every
-    cell is to run."""
-    todo, done = [], []
-    for cell in grid.cells:
-        (done if not grid.spec.overwrite and grid.store.is_complete(cell.key.run_id) else todo).append(cell)
-    return todo, done
+    """The grid's cells split into (to run: :meth:`~cirbench.engine.grid.Grid.pending`,
+    already complete)."""
+    todo = grid.pending()
+    pending = {c.key.run_id for c in todo}
+    return todo, [c for c in grid.cells if c.key.run_id not in pending]
 
 
 def run_cell_job(spec: GridSpec, run_id: str) -> dict[str, Any]:
     """The body of one job (of each of its tasks): join the job's process group when it has
     several tasks, then run the cell ``run_id`` of ``spec``'s grid."""
     submitit = _require_submitit()
-    from cirbench.engine.distributed import init_distributed, is_main_process
-
     environment = submitit.JobEnvironment()
     if environment.num_tasks > 1:
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         _, device = init_distributed(spec.device)
         spec = dataclasses.replace(spec, device=device)
-    grid = Grid(spec)
-    cell = next((c for c in grid.cells if c.key.run_id == run_id), None)
-    if cell is None:
-        raise RuntimeError(f"cell {run_id} is not in this grid any more (did a method version or the code change?)")
-    outcome = grid.run_cell(cell, progress=lambda info: None, announce=print if is_main_process() else lambda m: None)
-    return {"run_id": run_id, "status": outcome.status, "error": outcome.error, "final": outcome.final}
+    return run_cell_by_id(spec, run_id, announce=print if is_main_process() else lambda m: None)
 
 
 def submit_grid(
@@ -137,40 +131,14 @@ def submit_grid(
 def parse_scheduler_options(entries: list[str]) -> dict[str, Any]:
     """``["slurm_partition=gpu", "mem_gb=64"]`` -> ``{"slurm_partition": "gpu", "mem_gb": 64}``
     (values that read as JSON numbers or booleans become them)."""
+    try:
+        texts = parse_key_values(entries, "slurm_partition=gpu")
+    except ConfigError as exc:
+        raise ValueError(f"--scheduler-option {exc}") from None
     options: dict[str, Any] = {}
-    for entry in entries:
-        key, eq, value = entry.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"--scheduler-option {entry!r}: expected key=value, e.g. slurm_partition=gpu")
+    for key, value in texts.items():
         try:
-            options[key.strip()] = json.loads(value)
+            options[key] = json.loads(value)
         except json.JSONDecodeError:
-            options[key.strip()] = value.strip()
+            options[key] = value
     return options
-
-
-def submit_from_cli(spec: GridSpec, launcher: str, gpus_per_cell: int, option_entries: list[str], console: Any) -> int:
-    """``cirbench run --launcher ...``: submit, list the jobs, and with the ``local``
-    launcher wait for them; returns the exit code (1 if a cell failed)."""
-    from rich.table import Table
-
-    submission = submit_grid(spec, launcher, gpus_per_cell=gpus_per_cell, options=parse_scheduler_options(option_entries))
-    if not submission.jobs:
-        console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {spec.output} (--overwrite redoes them)")
-        return 0
-    table = Table(title=f"cirbench run --launcher {launcher}: {len(submission.jobs)} submitted, "
-                        f"{len(submission.skipped)} already complete (logs: {submission.folder})")
-    for column in ("method", "noise", "seed", "job", "status"):
-        table.add_column(column)
-    rows = {cell.key.run_id: [cell.key.method, f"{cell.key.noise_rate:g}", str(cell.key.seed), job.job_id, "submitted"]
-            for cell, job in submission.jobs}
-    if launcher == "local" and submission.jobs:
-        with console.status(f"waiting for {len(submission.jobs)} local jobs"):
-            for outcome in submission.wait():
-                rows[outcome["run_id"]][-1] = outcome["status"] + (f": {outcome['error']}" if outcome.get("error") else "")
-    for row in rows.values():
-        table.add_row(*row)
-    console.print(table)
-    if launcher == "slurm" and submission.jobs:
-        console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
-    return int(any(o["status"] not in ("completed", "skipped", "locked") for o in submission.outcomes))

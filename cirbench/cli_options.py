@@ -1,0 +1,80 @@
+"""What every ``cirbench`` command shares: the console, the options several commands take
+(declared once, as ``Annotated`` aliases), list and ``key=value`` parsing, and the error exit.
+Imports no torch, pandas or engine module: ``cirbench --help`` stays fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cirbench.config import ConfigError, parse_key_values
+
+console = Console()
+ABLATE_HELP = (
+    "Comma-separated methods whose standard ablation grid to run (Method.ablations), beside --methods. Each adds its full "
+    "row and a row <method>:<variant> per variant, with the variant's overrides as --set <method>:<variant>.<key>=<value> "
+    "(a --set of yours for that label wins). E.g. --ablate conesep is --methods conesep,conesep:no_gfq,conesep:no_nbl,"
+    "conesep:no_btu,conesep:no_rcl --set conesep:no_gfq.partition=false --set conesep:no_nbl.negative_prompt=false "
+    "--set conesep:no_nbl.query_loss=false --set conesep:no_nbl.target_loss=false --set conesep:no_btu.unlearning=false "
+    "--set conesep:no_rcl.rcl=false --noise 0.2; --ablate hug runs HUG's Table 3 ladder (hug:point_matching ... "
+    "hug:coordination, hug) at --noise 0."
+)
+JOBS_HELP = "Cells at once, one process each (0: two on a CPU with two or more cores, else one; under torchrun one)."
+
+# Options shared by several commands, declared once.
+Opt = typer.Option
+DatasetName = Annotated[str, Opt("--dataset", "-d", help="Dataset name (see `cirbench list datasets`).")]
+DataRoot = Annotated[Optional[Path], Opt("--data-root", help="Root of a dataset's files (FashionIQ, CIRR).")]
+DatasetOptions = Annotated[list[str], Opt("--dataset-option", help="Dataset option key=value, e.g. categories=dress or "
+                                          "reference=keep; repeatable.")]
+Backbone = Annotated[str, Opt("--backbone", "-b", help="Backbone name (see `cirbench list backbones`).")]
+Weights = Annotated[Optional[str], Opt("--weights", help="Backbone weights: a local directory or tag.")]
+NoiseProtocol = Annotated[str, Opt("--noise-protocol", help="Noise protocol (see `cirbench list noise`).")]
+Seeds = Annotated[str, Opt("--seeds", help="Comma-separated seeds (two or more to measure the spread).")]
+Epochs = Annotated[int, Opt("--epochs", help="Training epochs per cell.")]
+BatchSize = Annotated[int, Opt("--batch-size", help="Training batch size (the papers use 128 on BLIP-2).")]
+CacheDir = Annotated[Path, Opt("--cache-dir", help="Where generated data, feature caches and decode verdicts live.")]
+Device = Annotated[str, Opt("--device", help="torch device, e.g. cpu or cuda (under torchrun: cuda:<LOCAL_RANK>).")]
+Precision = Annotated[str, Opt("--precision", help="fp32, or bf16: the backbone's passes autocast to bfloat16 (losses stay float32).")]
+Jobs = Annotated[int, Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help=JOBS_HELP)]
+Plugins = Annotated[list[Path], Opt("--plugin", help="A Python file defining a method plugin; repeatable.")]
+Results = Annotated[Path, Opt("--results", "-r", help="Results directory (parquet tables).")]
+
+
+def _split(text: str, kind: type, option: str) -> list:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        return [kind(t) for t in items]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of {kind.__name__}s", param_hint=option) from None
+
+
+def _dataset_options(entries: list[str]) -> dict[str, str]:
+    try:
+        return parse_key_values(entries, "categories=dress")
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dataset-option") from None
+
+
+def _fail(message: str) -> NoReturn:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def _print_problems(found: list, limit: int) -> None:
+    """A dataset's problems (file, entry, problem), the first ``limit`` of them (0: all)."""
+    table = Table(show_header=True)
+    for column in ("file", "entry", "problem"):
+        table.add_column(column, overflow="fold")
+    shown = found if limit <= 0 else found[:limit]
+    for p in shown:
+        mark = "[red]fatal:[/] " if p.fatal else "[yellow]warning:[/] " if p.severity == "warning" else ""
+        table.add_row(escape(p.file), escape(p.entry), mark + escape(p.problem))
+    console.print(table)
+    if len(shown) < len(found):
+        console.print(f"... and {len(found) - len(shown)} more (use --limit 0 or --json FILE to see all)")

@@ -1,0 +1,157 @@
+"""The commands around a grid: ``data check`` and ``results verify`` (a dataset's or a
+results folder's files), ``predict`` (CIRR test1 submissions) and ``list``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cirbench.cli_options import Results, _dataset_options, _fail, _print_problems, console
+
+
+results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
+
+
+@results_app.command("verify")
+def results_verify(
+    results: Results = Path("results"),
+    repair: bool = typer.Option(
+        False, "--repair", help="Move each damaged cell's files under <results>/quarantine/<time>/ (never deleted), "
+        "so that the next `cirbench run` of its grid redoes it."
+    ),
+) -> None:
+    """Check every part of every cell against what its runs row recorded (rows, size, sha256):
+    one line per problem (file, cell, what is wrong); exit 1 if there is any (also with --repair)."""
+    from cirbench.results.locks import live_locks
+    from cirbench.results.verify import check_folder, quarantine
+
+    if not results.is_dir():
+        _fail(f"results directory {results} does not exist")
+    busy = {run_id: holder.describe() for run_id, holder in live_locks(results).items()}
+    found = check_folder(results, skip=busy)
+    for run_id, who in busy.items():
+        console.print(f"{run_id}: being run by {who}: not checked", markup=False, highlight=False, soft_wrap=True)
+    for problem in found.problems:
+        console.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+    if not found.problems:
+        console.print(f"[green]{escape(str(results))}: {len(found.run_ids)} cells, every part as recorded[/]")
+        return
+    damaged = sorted(found.damaged())
+    console.print(f"[red]{len(found.problems)} problem(s) in {len(damaged)} cell(s) of {escape(str(results))}[/]")
+    if repair:
+        moved = quarantine(results, damaged)
+        where = moved[0][1].relative_to(results).parts[:2] if moved else ()
+        console.print(f"moved {len(moved)} files of {len(damaged)} cell(s) to {escape(str(results.joinpath(*where)))}/; "
+                      "the next `cirbench run` of their grid redoes them")
+    else:
+        console.print("`cirbench results verify --repair` moves them aside (never deletes them) so that the next run redoes them")
+    raise typer.Exit(1)
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Check dataset files.")
+
+
+@data_app.command("check")
+def data_check(
+    dataset: str = typer.Argument(..., help="Dataset name: fashioniq or cirr."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of the dataset's files."),
+    dataset_option: list[str] = typer.Option([], "--dataset-option", help="Dataset option key=value; repeatable."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the per-image decode verdicts are cached."),
+    limit: int = typer.Option(50, "--limit", help="Problems to print (0: all)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report as JSON to this file."),
+    deep: bool = typer.Option(False, "--deep", help="Decode every image fully (slow); by default image headers are verified."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Threads checking images (default: a few per core)."),
+) -> None:
+    """Validate a dataset's files: JSON syntax, fields, split membership, image files, repeats, paths.
+    Errors exit 1; warnings (entries the public loaders accept, e.g. exact repeats) are listed and exit 0."""
+    from cirbench.data.check import check_dataset
+
+    try:
+        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
+    except (KeyError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    if json_out is not None:
+        import json
+
+        from cirbench.results.atomic import atomic_write_text
+
+        atomic_write_text(json.dumps(report.as_dict(), indent=1), json_out)
+    counts = ", ".join(f"{k} {v}" for k, v in report.counts.items())
+    if not report.problems:
+        console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
+        return
+    _print_problems(report.problems, limit)
+    kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
+    if report.ok:
+        console.print(f"[yellow]{dataset} at {report.root}: no errors, {len(report.warnings)} warning(s)[/] ({kinds}; "
+                      f"warnings never block `cirbench run`); read: {counts}")
+        return
+    console.print(f"[bold red]{dataset} at {report.root}: {len(report.errors)} error(s)[/] ({kinds}; "
+                  f"{len(report.fatal)} fatal, {len(report.warnings)} warning(s)); read: {counts}")
+    raise typer.Exit(1)
+
+
+def predict(
+    run_id: str = typer.Argument(..., help="A run saved with `run --save` (its run id, or a checkpoint file)."),
+    results: Path = typer.Option(Path("results"), "--results", "-r", help="The run's results directory."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="CIRR root (default: the run's)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: <results>/predictions/<run_id>/."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where feature caches live."),
+    device: str = typer.Option("cpu", "--device", help="torch device."),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A Python file defining the run's method; repeatable."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Accept missing test1 images (incomplete submission)."),
+) -> None:
+    """Write the CIRR test1 submission files (recall and recall_subset) of a trained run."""
+    from cirbench.checkpoint import CheckpointError
+    from cirbench.data.check import DatasetProblemsError
+    from cirbench.predict import predict_cirr
+
+    checkpoint = Path(run_id) if Path(run_id).suffix == ".pt" else results / "checkpoints" / f"{run_id}.pt"
+    name = checkpoint.stem
+    try:
+        paths = predict_cirr(
+            checkpoint, data_root, cache_dir, output or results / "predictions" / name, device, list(plugin),
+            allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
+        )
+    except DatasetProblemsError as exc:
+        _print_problems(exc.report.errors, 30)
+        _fail(str(exc).split(":\n", 1)[0])
+        return
+    except (CheckpointError, KeyError, ValueError, OSError) as exc:
+        _fail(str(exc))
+        return
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+def list_(what: str = typer.Argument(..., help="methods | datasets | backbones | noise")) -> None:
+    """List the registered methods, datasets, backbones or noise protocols."""
+    from cirbench.backbones.registry import BACKBONES
+    from cirbench.data.noise import NOISE_PROTOCOLS
+    from cirbench.data.registry import DATASETS
+    from cirbench.plugins import discover_methods
+
+    table = Table(show_header=True)
+    table.add_column("name")
+    table.add_column("description")
+    if what == "methods":
+        discovery = discover_methods()
+        table.add_column("source")
+        for name in discovery.methods:
+            entry = discovery.methods.entry(name)
+            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
+            table.add_row(name, f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})", entry.source)
+        for problem in discovery.problems:
+            console.print(f"[yellow]warning:[/] {problem}")
+    elif what in ("datasets", "backbones", "noise"):
+        registry = {"datasets": DATASETS, "backbones": BACKBONES, "noise": NOISE_PROTOCOLS}[what]
+        for name in registry:
+            table.add_row(name, getattr(registry.get(name), "description", ""))
+    else:
+        _fail(f"cannot list {what!r}; choose methods, datasets, backbones or noise")
+    console.print(table)

@@ -1,0 +1,58 @@
+"""What a noise protocol sees and proposes: the :class:`NoiseContext` it may use, the
+:class:`Proposal` it returns, the :class:`NoiseProtocol` interface and the draw of the
+samples to corrupt. :mod:`cirbench.data.noise` turns a proposal into a manifest; the
+protocols (there and in :mod:`cirbench.data.hard_noise`) import only this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Protocol
+
+import numpy as np
+
+from cirbench.data.base import CIRDataset, TripletSplit
+
+
+@dataclass
+class NoiseContext:
+    """What a protocol may use besides the split: the dataset, and (lazily) one pooled
+    frozen-tower feature per image, for protocols that pick visually close neighbours."""
+
+    dataset: CIRDataset
+    image_features: Callable[[], np.ndarray] | None = None
+
+
+@dataclass
+class Proposal:
+    """A protocol's output: per sample, the new reference/target image index, the index of
+    the sample whose text it now carries, and the kind of corruption attempted."""
+
+    reference: np.ndarray
+    text_source: np.ndarray
+    target: np.ndarray
+    attempted: np.ndarray  # noise type names, "clean" where untouched
+
+
+class NoiseProtocol(Protocol):
+    """A way of corrupting a training split. ``propose`` must be deterministic in ``rng``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal: ...
+
+
+def untouched(split: TripletSplit) -> Proposal:
+    """A proposal that leaves every sample as it is (a protocol then corrupts the chosen ones)."""
+    n = len(split)
+    return Proposal(
+        reference=split.reference.copy(),
+        text_source=np.arange(n),
+        target=split.target.copy(),
+        attempted=np.full(n, "clean", dtype=object),
+    )
+
+
+def choose_noisy(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """``int(rate * n)`` distinct sample positions, uniformly at random, in draw order."""
+    return rng.choice(n, size=int(rate * n), replace=False)

@@ -1,0 +1,175 @@
+"""Is a benchmark setting in the papers' regime? The calibration checks of its results.
+
+Every robust-CIR paper fine-tunes a pre-trained model whose composed queries already rank
+targets above chance, on data where the text decides the target and noise costs the
+ordinary baseline recall that a perfect filter would keep. A setting that lacks one of
+these cannot test the papers' claims. The checks below involve only the ordinary baseline
+(``sprc``), the perfect filter (``oracle``) and the reference rows, never a method under
+study, so a setting is never tuned to a method. ``docs/benchmark.md`` gives each target's
+source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cirbench.defaults import CALIBRATION_RATES
+from cirbench.report.load import Setting, final_epoch, load_results
+from cirbench.results.headline import headline_rows
+
+PREMISE_RATE, PREMISE_EPOCH = 0.5, 1
+GENTLE_DROP = 0.01
+"""The most ``sprc``'s clean-data recall may lose from one epoch to the next (one point)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One calibration figure: its value, the target range, and whether it is met
+    (``passed`` None: not measurable from these results, e.g. one seed for a spread)."""
+
+    name: str
+    figure: str
+    value: float
+    low: float | None
+    high: float | None
+    passed: bool | None
+    detail: str = ""
+    strict: bool = False  # the value must exceed ``low``, not merely reach it
+
+    @property
+    def target(self) -> str:
+        """The target as text, e.g. ``0.2 - 0.75``, ``>= 0.05`` or ``> 0``."""
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g} - {self.high:g}"
+        if self.low is not None:
+            return f"{'>' if self.strict else '>='} {self.low:g}"
+        return f"<= {self.high:g}"
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``FAIL`` or ``n/a``."""
+        return "n/a" if self.passed is None else ("pass" if self.passed else "FAIL")
+
+
+def _check(name: str, figure: str, value: float, low: float | None = None, high: float | None = None,
+           detail: str = "", measurable: bool = True, strict: bool = False) -> Check:
+    ok = None
+    if measurable and math.isfinite(value):
+        above = low is None or (value > low if strict else value >= low - 1e-12)
+        ok = above and (high is None or value <= high + 1e-12)
+    return Check(name, figure, value, low, high, ok, detail, strict)
+
+
+def _recall(frame: pd.DataFrame, metric: str) -> pd.Series:
+    """Per-run final-epoch ``metric`` of the headline group."""
+    return final_epoch(headline_rows(frame, metric)).set_index("run_id").value
+
+
+def _curves(setting: Setting, method: str, rate: float, metric: str) -> dict[int, pd.Series]:
+    """Per seed, ``metric`` after every epoch (indexed by epoch) of ``method`` at ``rate``."""
+    runs = setting.runs[(setting.runs.method == method) & np.isclose(setting.runs.noise_rate, rate)]
+    rows = headline_rows(setting.metrics, metric)
+    seeds = runs.set_index("run_id").seed
+    return {int(seeds[run]): part.set_index("epoch").value.sort_index()
+            for run, part in rows[rows.run_id.isin(seeds.index)].groupby("run_id")}
+
+
+def _gentle(setting: Setting, metric: str) -> Check:
+    """The fine-tune does not first wreck its start: after every epoch the perfect filter at
+    50% and 80% noise is at or above the start's recall, and ``sprc`` on clean data never
+    loses more than :data:`GENTLE_DROP` from one epoch to the next. The value is the worse
+    of the two slacks (the filter's lowest epoch minus the start; the allowed drop minus
+    ``sprc``'s largest), so it passes at >= 0."""
+    start = _reference(setting, "zero_shot", metric)
+    lows = {rate: min((float(c.min()) for c in _curves(setting, "oracle", rate, metric).values()), default=float("nan"))
+            for rate in CALIBRATION_RATES[1:]}
+    drops = [float(-c.diff().min()) for c in _curves(setting, "sprc", 0.0, metric).values() if len(c) > 1]
+    drop = max(drops) if drops else float("nan")
+    slack = min([low - start for low in lows.values()] + [GENTLE_DROP - drop])
+    label = metric.replace("recall@", "R@")
+    detail = ", ".join(f"oracle at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
+    detail += f"; sprc at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
+    return _check("gentle", f"worst slack: oracle epoch {label} - zero_shot, {GENTLE_DROP:g} - sprc 0% drop", slack, 0.0,
+                  None, detail, measurable=bool(drops) and all(map(math.isfinite, lows.values())))
+
+
+def _per_seed(setting: Setting, method: str, rate: float, metric: str) -> pd.Series:
+    runs = setting.runs[(setting.runs.method == method) & np.isclose(setting.runs.noise_rate, rate)]
+    values = _recall(setting.metrics, metric)
+    return runs.set_index("run_id").seed.to_frame().join(values, how="inner").set_index("seed").value.sort_index()
+
+
+def _reference(setting: Setting, name: str, metric: str) -> float:
+    refs = setting.references
+    if refs.empty:
+        return float("nan")
+    values = _recall(refs[refs.method == name], metric)
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
+    """Mean over seeds of the baseline's per-sample loss AUROC at 50% noise after the first
+    epoch (the last epoch if the run had only one), overall and per noise type."""
+    runs = setting.runs[(setting.runs.method == "sprc") & np.isclose(setting.runs.noise_rate, PREMISE_RATE)]
+    purity = setting.purity[setting.purity.run_id.isin(set(runs.run_id))]
+    if purity.empty:
+        return float("nan"), {}
+    epoch = min(PREMISE_EPOCH, int(purity.epoch.max()))
+    at = purity[purity.epoch == epoch].groupby("noise_type").auroc.mean()
+    return float(at.get("all", float("nan"))), {k: float(v) for k, v in at.items() if k != "all"}
+
+
+def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Check]:
+    """The calibration figures of one setting's results, each beside its target."""
+    sprc = {rate: _per_seed(setting, "sprc", rate, metric) for rate in CALIBRATION_RATES}
+    oracle = {rate: _per_seed(setting, "oracle", rate, metric) for rate in CALIBRATION_RATES[1:]}
+    clean = float(sprc[0.0].mean()) if len(sprc[0.0]) else float("nan")
+    label = metric.replace("recall@", "R@")
+    checks = [
+        _check("fine-tuning matters", f"zero_shot {label} / sprc {label} at 0%", _reference(setting, "zero_shot", metric) / clean,
+               0.2, 0.75),
+        _check("text matters (ranking)", f"text_blind {label} / sprc {label} at 0%",
+               _reference(setting, "text_blind", metric) / clean, None, 0.5),
+    ]
+    subset = _per_seed(setting, "sprc", 0.0, "recall_subset@1")
+    checks.append(_check("text matters (subset)", "sprc R_subset@1 at 0%", float(subset.mean()) if len(subset) else float("nan"),
+                         0.5, None, "" if len(subset) else "the dataset has no subsets"))
+    checks.append(_check("noise hurts, not to chance", f"sprc {label} at 80% / at 0%", float(sprc[0.8].mean()) / clean, 0.4, 0.8))
+    spreads = {rate: float(v.std(ddof=1)) for rate, v in sprc.items() if len(v) >= 2}
+    worst = max(spreads.values()) if spreads else float("nan")
+    checks.append(_check("stable over seeds", f"largest seed std of sprc {label}", worst, None, 0.03,
+                         ", ".join(f"{r:g}: {s:.3f}" for r, s in spreads.items()) or "needs two or more seeds",
+                         measurable=bool(spreads)))
+    for rate, low in ((0.5, 0.0), (0.8, 0.05)):
+        gap = (oracle[rate] - sprc[rate]).dropna()
+        checks.append(_check(f"something to win at {rate:.0%}", f"oracle - sprc {label} at {rate:.0%}, worst seed",
+                             float(gap.min()) if len(gap) else float("nan"), low, None,
+                             "per seed: " + ", ".join(f"{g:+.3f}" for g in gap) if len(gap) else "not run", strict=low == 0.0))
+    auroc, per_type = _premise(setting)
+    checks.append(_check("small-loss premise", f"sprc per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
+                         auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
+    checks.append(_gentle(setting, metric))
+    return checks
+
+
+def run_calibration_checks(results: Path, dataset: str, backbone: str, noise_protocol: str) -> list[Check]:
+    """Read ``results`` and compute the checks of the setting (dataset, backbone and noise
+    protocol labels, as the results name them)."""
+    data = load_results(results)
+    wanted = (dataset, backbone, noise_protocol)
+    for setting in data.settings:
+        if (setting.dataset, setting.backbone, setting.noise_protocol) == wanted:
+            return calibration_checks(setting)
+    raise ValueError(f"no completed calibration runs for {wanted} in {results}")
+
+
+def checks_markdown(checks: list[Check]) -> str:
+    """The checks as a Markdown table: check, figure, value, target, verdict, detail."""
+    lines = ["| check | figure | value | target | verdict | detail |", "|:--|:--|--:|--:|:--|:--|"]
+    lines += [f"| {c.name} | {c.figure} | {c.value:.3f} | {c.target} | {c.verdict} | {c.detail} |" for c in checks]
+    return "\n".join(lines)

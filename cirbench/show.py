@@ -1,0 +1,188 @@
+"""What the command line shows: the progress of a running grid (the runner's events,
+:mod:`cirbench.engine.runner`) and the tables it prints (run summary, calibration checks,
+submitted jobs, a dataset's warnings). Every function prints to the console it is given."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cirbench.engine.runner import Event
+from cirbench.results.headline import headline_recall
+from cirbench.results.summary import RunSummary
+
+SKIPPED = "already complete (skipped)"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def damaged(console: Console, event: Event) -> None:
+    """A finished cell redone because its record is damaged: its problems and where its files go."""
+    console.print(
+        f"[yellow]warning:[/] {escape(event.cell.key.run_id)} is redone, its files moved to "
+        f"{escape(str(event.info['quarantine']))}/: " + "; ".join(escape(p) for p in event.info["problems"]),
+        soft_wrap=True)
+
+
+class GridProgress:
+    """A rich progress display of a running grid: a line for the reference rows, then one
+    per cell (live while the cell trains here, updated when it ends in a worker process)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"), console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.live: dict[str, dict[str, float]] = {}  # run id -> last loss and R@10 of a cell training here
+
+    def __enter__(self) -> "GridProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, event: Event) -> None:
+        """Show one runner event."""
+        getattr(self, f"_{event.kind}")(event)
+
+    def _print(self, text: str) -> None:
+        self.progress.console.print(text)
+
+    def _add(self, event: Event, total: int | None, status: str) -> Any:
+        k = event.cell.key
+        task = self.progress.add_task(f"{k.method:>8} noise={k.noise_rate:<4g} seed={k.seed}", total=total, status=status)
+        self.tasks[k.run_id] = task
+        return task
+
+    def _announce(self, event: Event) -> None:
+        self._print(f"[dim]{escape(event.message)}[/]")
+
+    def _damaged(self, event: Event) -> None:
+        damaged(self.progress.console, event)
+
+    def _references(self, event: Event) -> None:
+        self.references = event.info["cells"]
+        self.reference_task = self.progress.add_task(f"{'reference rows':>8}", total=len(self.references), status="")
+        self.references_left = len(self.references)
+
+    def _reference(self, event: Event) -> None:
+        outcome, method = event.outcome, event.cell.key.method
+        self.progress.advance(self.reference_task)
+        if outcome.status == "failed":
+            self._print(f"[red]reference row {method} failed: {outcome.error}[/]")
+        elif outcome.status == "locked":
+            self._print(f"[yellow]reference row {method} skipped: {escape(outcome.error)}[/]")
+        self.references_left -= 1
+        if not self.references_left:
+            self.progress.update(self.reference_task, status=", ".join(sorted({c.key.method for c in self.references})))
+
+    def _queued(self, event: Event) -> None:
+        self._add(event, 1, f"queued ({event.info['jobs']} at a time)")
+
+    def _start(self, event: Event) -> None:
+        self._add(event, None, "")
+        self.live[event.cell.key.run_id] = {"loss": math.nan, "r10": math.nan}
+
+    def _step(self, event: Event) -> None:
+        info, state = event.info, self.live[event.cell.key.run_id]
+        if "loss" in info:
+            state["loss"] = info["loss"]
+        if "recall" in info:
+            state["r10"] = headline_recall(info["recall"])
+        self.progress.update(
+            self.tasks[event.cell.key.run_id], total=info["total_steps"], completed=info["step"] + ("recall" not in info),
+            status=f"epoch {info['epoch'] + 1}  loss {state['loss']:.3f}  R@10 {state['r10']:.3f}",
+        )
+
+    def _done(self, event: Event) -> None:
+        outcome, run_id = event.outcome, event.cell.key.run_id
+        if run_id in self.live:  # trained here: the line already shows its last epoch
+            task = self.tasks[run_id]
+            if outcome.status == "skipped":
+                self.progress.update(task, total=1, completed=1, status=SKIPPED)
+            elif outcome.status == "locked":
+                self.progress.update(task, total=1, completed=1, status=f"[yellow]skipped: {escape(outcome.error)}[/]")
+            elif outcome.status == "failed":
+                self.progress.update(task, status=f"[red]failed: {outcome.error}[/]")
+            return
+        task = self.tasks.get(run_id)
+        if task is None:
+            task = self._add(event, 1, "")
+        status = (f"completed  R@10 {headline_recall(outcome.final):.3f}" if outcome.status == "completed"
+                  else SKIPPED if outcome.status == "skipped"
+                  else f"[yellow]skipped: {escape(outcome.error)}[/]" if outcome.status == "locked"
+                  else f"[red]{outcome.status}: {escape(outcome.error)}[/]")
+        self.progress.update(task, completed=1, status=status)
+
+
+def summary(console: Console, run: RunSummary, title: str) -> None:
+    """The run summary table after a grid, its warnings first and its collapse flags after."""
+    for run_id, count in run.nonfinite:
+        console.print(f"[yellow]warning:[/] {escape(run_id)}: {count} validation queries had a NaN or "
+                      "infinite score (counted as misses where the target's score is one)")
+    table = Table(title=escape(title))
+    for column in ("method", "noise", "seed", "status", "R@1", "R@10", "R@50", "purity", "AUROC"):
+        table.add_column(column, justify="right" if column not in ("method", "status") else "left",
+                         min_width={"method": 10, "status": 9}.get(column), overflow="fold")
+    flagged = []
+    for row in run.rows:
+        k = row.key
+        if row.collapse_reason:
+            flagged.append(f"{k.method} noise={k.noise_rate:g} seed={k.seed}: {row.collapse_reason}")
+        table.add_row(
+            k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed),
+            f"{row.status} [red]collapsed[/]" if row.collapse_reason else row.status,
+            *(_fmt(v) for v in row.recall.values()), _fmt(row.purity), _fmt(row.auroc),
+        )
+    console.print(table)
+    for line in flagged:  # a flag, not a failure: the numbers above stay (docs/report.md)
+        console.print(f"[red]collapsed[/] {escape(line)}")
+
+
+def calibration(console: Console, checks: list, title: str) -> None:
+    """The calibration checks, each figure beside its target and verdict."""
+    table = Table(title=escape(title))
+    for column in ("check", "figure", "value", "target", "verdict", "detail"):
+        table.add_column(column, justify="right" if column in ("value", "target") else "left", overflow="fold")
+    for c in checks:
+        colour = {"pass": "green", "FAIL": "red"}.get(c.verdict, "yellow")
+        table.add_row(c.name, c.figure, f"{c.value:.3f}", c.target, f"[{colour}]{c.verdict}[/]", escape(c.detail))
+    console.print(table)
+
+
+def submission(console: Console, launcher: str, submitted: Any, outcomes: list) -> None:
+    """The jobs of a ``--launcher`` submission: cell, job id and (when waited for) status."""
+    table = Table(title=f"cirbench run --launcher {launcher}: {len(submitted.jobs)} submitted, "
+                        f"{len(submitted.skipped)} already complete (logs: {submitted.folder})")
+    for column in ("method", "noise", "seed", "job", "status"):
+        table.add_column(column)
+    rows = {cell.key.run_id: [cell.key.method, f"{cell.key.noise_rate:g}", str(cell.key.seed), job.job_id, "submitted"]
+            for cell, job in submitted.jobs}
+    for outcome in outcomes:
+        rows[outcome.cell.key.run_id][-1] = outcome.status + (f": {outcome.error}" if outcome.error else "")
+    for row in rows.values():
+        table.add_row(*row)
+    console.print(table)
+
+
+def preflight(console: Console, checked: Any) -> None:
+    """The warnings of a dataset read from the user's files: warnings in its files, samples dropped."""
+    if checked.n_warnings:
+        console.print(f"[yellow]warning:[/] {checked.n_warnings} warning(s) in the dataset's files (e.g. exact "
+                      f"repeats; kept, counted in the runs table; `cirbench data check` lists them)")
+    if checked.dropped:
+        console.print(f"[yellow]warning:[/] --allow-missing: {len(checked.dropped)} samples or gallery images dropped "
+                      f"(full list in {checked.dropped_path}, recorded in the runs table):")
+        for d in checked.dropped[:20]:
+            console.print(escape(f"  {d['split']} {d['sample']}: {d['reason']}"))
+        if len(checked.dropped) > 20:
+            console.print(f"  ... and {len(checked.dropped) - 20} more")

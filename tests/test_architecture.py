@@ -1,0 +1,167 @@
+"""The shape of the code: no import cycle in ``cirbench/``, layers that point one way
+(data -> backbones -> methods -> engine -> report -> cli, with ``results/`` beside them),
+small functions and modules, and a ``--help`` that imports no torch.
+
+The import graph is read with :mod:`ast` from the source, so it counts every import: at
+module level, inside functions and under ``if TYPE_CHECKING``. A function-level import of
+a ``cirbench`` module is allowed in the command-line modules only, where it keeps
+``cirbench --help`` free of torch (a documented exception); nowhere can one hide a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cirbench"
+CLI_MODULES = {"cirbench.cli", "cirbench.cli_options", "cirbench.cli_tools", "cirbench.show"}
+LAYERS: list[tuple[str, ...]] = [
+    # rank 0: shared utilities with no cirbench dependency above them
+    ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.losses",
+     "cirbench.ot"),
+    ("cirbench.data",),
+    ("cirbench.backbones",),
+    ("cirbench.method", "cirbench.plugins", "cirbench.checkpoint"),
+    ("cirbench.engine", "cirbench.predict"),
+    ("cirbench.report",),
+    tuple(sorted(CLI_MODULES)),
+]
+RESULTS = "cirbench.results"
+"""Beside the layers: any layer may use the results store; it uses only rank 0."""
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ``cirbench`` that ``name`` (a module, or a name in one) is in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node, node.module)] + [(node, f"{node.module}.{a.name}") for a in node.names]
+    return [(node, name) for node, name in found if name.split(".")[0] == "cirbench"]
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {}
+    for module, path in MODULES.items():
+        targets = {_resolve(name) for _, name in _imports(ast.parse(path.read_text()))}
+        graph[module] = {t for t in targets if t and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def _layer(module: str) -> float:
+    if module == RESULTS or module.startswith(RESULTS + "."):
+        return 0.5
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or (p != "cirbench" and module.startswith(p + ".")) for p in prefixes):
+            return float(rank)
+    raise AssertionError(f"{module} is in no layer of tests/test_architecture.py: add it to LAYERS")
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_cirbench() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_import_behind_type_checking() -> None:
+    hidden = [str(path.relative_to(ROOT)) for path in MODULES.values()
+              if any(isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test) for n in ast.walk(ast.parse(path.read_text())))]
+    assert hidden == []
+
+
+def test_function_level_imports_of_cirbench_only_in_the_cli() -> None:
+    lazy = []
+    for module, path in MODULES.items():
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and module not in CLI_MODULES:
+                lazy += [f"{module}.{function.name}: {name}" for _, name in _imports(function)]
+    assert lazy == []
+
+
+def test_layers_point_one_way() -> None:
+    upward = []
+    for module, targets in _graph().items():
+        for target in targets:
+            below_results = _layer(module) == 0.5 and _layer(target) > 0.5
+            if (_layer(target) > _layer(module) and _layer(target) != 0.5) or below_results:
+                upward.append(f"{module} -> {target}")
+    assert sorted(upward) == []
+
+
+def test_functions_and_modules_are_small() -> None:
+    long_functions, long_modules = [], []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        if text.count("\n") > 500:
+            long_modules.append(f"{module}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long_functions.append(f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long_functions == [] and long_modules == []
+    assert (PACKAGE / "cli.py").read_text().count("\n") < 300
+
+
+def test_help_imports_no_torch() -> None:
+    code = ("import sys; from typer.testing import CliRunner; from cirbench.cli import app; "
+            "assert all(CliRunner().invoke(app, [*c, '--help']).exit_code == 0 for c in (['run'], ['calibrate'], [])); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
