@@ -76,6 +76,13 @@ class Backbone(nn.Module, ABC):
     def tower_key(self) -> str:
         """Identifies the frozen tower, its weights and preprocessing (feature-cache key)."""
 
+    def start_key(self) -> str:
+        """Identifies the weights a fine-tune starts from, so that cells trained from two
+        different starts are never compared as one. By default the frozen tower's key (a
+        hub checkpoint's name, recorded as ``--weights``, identifies the rest); a backbone
+        whose start is pre-trained here adds a digest of that state."""
+        return self.tower_key()
+
     @abstractmethod
     def preprocess(self, images: list[np.ndarray]) -> torch.Tensor:
         """uint8 RGB arrays (H, W, 3) -> the tower's input tensor (B, C, H, W)."""
@@ -136,6 +143,14 @@ def max_token_similarity(queries: torch.Tensor, targets: torch.Tensor) -> torch.
     """BLIP-2 retrieval similarity: queries (N, E) against targets (M, Q, E) -> (N, M), the
     maximum over target tokens of the dot product. One matrix product, no Python loops."""
     return torch.einsum("ne,mqe->nmq", queries, targets).amax(dim=-1)
+
+
+def state_digest(state: dict[str, torch.Tensor], digest: int = 0) -> int:
+    """CRC32 of a state dict (names and raw bytes, in name order)."""
+    for name in sorted(state):
+        digest = zlib.crc32(name.encode(), digest)
+        digest = zlib.crc32(state[name].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
+    return digest
 
 
 def weights_digest(module: nn.Module, preprocessing: str) -> int:

@@ -113,6 +113,7 @@ class TinyBackbone(Backbone):
         self.tokenizer = HashingTokenizer()
         self.tower_kind = tower
         self.tower = self._frozen_tower(tower_state)
+        self.pretrained_start = ""  # "<tag>-<crc32>" of a pre-trained composer state loaded into it (build_tiny)
 
         with torch.random.fork_rng():
             torch.manual_seed(seed)
@@ -141,6 +142,9 @@ class TinyBackbone(Backbone):
     def tower_key(self) -> str:
         digest = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in self.tower.parameters()))
         return f"tiny-{self.tower_kind}-{digest:08x}"
+
+    def start_key(self) -> str:
+        return self.tower_key() + (f"+{self.pretrained_start}" if self.pretrained_start else "")
 
     def train(self, mode: bool = True) -> "TinyBackbone":
         super().train(mode)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cirbench.backbones.base import max_token_similarity
+from cirbench.backbones.base import max_token_similarity, state_digest
 from cirbench.backbones.tiny import TinyBackbone, TinyTower
 from cirbench.data.shapes import (
     SHAPES_COLOURS,
@@ -276,4 +276,5 @@ def build_tiny(weights: str | None, seed: int, cache_dir: Path | None) -> TinyBa
     if tag in ("stage1", "cir"):
         state = pretrained_composer_state(tag, cache_dir, lambda: TinyBackbone(seed=0))
         backbone.load_state_dict(state, strict=False)
+        backbone.pretrained_start = f"{tag}-{state_digest(state):08x}"
     return backbone

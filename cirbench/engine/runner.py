@@ -84,9 +84,11 @@ class Preflight:
 
 
 def preflight(grid: Grid) -> Preflight | None:
-    """Load a dataset read from the user's files before any cell runs, so that one failing
-    its check stops the run here (DatasetProblemsError, ValueError or OSError); None for a
-    generated dataset."""
+    """Before any cell runs: refuse a results folder holding runs from another start of the
+    backbone (:class:`~cirbench.engine.grid.StartMismatchError`), and load a dataset read
+    from the user's files, so that one failing its check stops the run here
+    (DatasetProblemsError, ValueError or OSError); None for a generated dataset."""
+    grid.check_start_before_running()
     if not DATASETS.get(grid.spec.dataset).files:
         return None
     dataset = grid.dataset()

@@ -55,8 +55,27 @@ def _provenance(data: ReportData) -> list[str]:
             values = sorted({str(v) for v in runs[column].dropna() if str(v)})
             if values:
                 lines.append(f"{name}: {', '.join(values)}")
+        lines.extend(_starts(runs))
         versions = runs.groupby("method").method_version.agg(lambda v: ",".join(sorted(set(map(str, v)))))
         lines.append("method versions: " + ", ".join(f"{m} v{v}" for m, v in versions.items()))
+    return lines
+
+
+def _starts(runs: pd.DataFrame) -> list[str]:
+    """A line per backbone naming the start(s) its runs were fine-tuned from
+    (:meth:`~cirbench.backbones.base.Backbone.start_key`): two starts in one setting mean
+    pooled numbers that should not be, and runs written before the key existed are counted."""
+    lines = []
+    keys = runs["start_key"].fillna("").astype(str) if "start_key" in runs else pd.Series("", index=runs.index)
+    for backbone, group in keys.groupby(runs["backbone"]):
+        starts = sorted(set(group) - {""})
+        unrecorded = int((group == "").sum())
+        text = f"starts of {backbone}: {', '.join(starts) or 'not recorded'}"
+        if unrecorded and starts:
+            text += f" ({unrecorded} run(s) written before the start was recorded)"
+        if len(starts) > 1:
+            text = "WARNING: runs from different starts are pooled; " + text
+        lines.append(text)
     return lines
 
 

@@ -50,6 +50,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("package_versions", pa.string()),
         ("torch_version", pa.string()),
         ("device", pa.string()),
+        ("start_key", pa.string()),  # Backbone.start_key: the weights the fine-tune started from ("" before it was recorded)
         ("dataset_key", pa.string()),
         ("noise_manifest_hash", pa.string()),
         ("noise_manifest_path", pa.string()),
@@ -122,7 +123,8 @@ MAIN_SCORE = "noise_score"
 """The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
-                                "collapsed": False, "collapse_reason": ""}
+                                "collapsed": False, "collapse_reason": "",
+                                "start_key": ""}
 """Values of columns a writer may leave out."""
 _READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in ("collapsed", "collapse_reason")}
 """What parts written before a column existed read as. The collapse flag has none: a run
@@ -219,6 +221,14 @@ class ResultsStore:
         """Move every file of ``run_id`` under ``<root>/quarantine/`` (never deleted), so
         that it is redone; returns the (from, to) pairs."""
         return verify.quarantine(self.root, [run_id])
+
+    def start_keys(self, backbone: str) -> set[str]:
+        """The start keys (:meth:`cirbench.backbones.base.Backbone.start_key`) that the
+        completed runs of ``backbone`` (its results label) recorded; runs written before the
+        key was recorded add none."""
+        runs = self.read("runs")
+        done = runs[(runs["backbone"] == backbone) & (runs["status"] == "completed")]
+        return {str(k) for k in done["start_key"].dropna() if k}
 
     def check_writable(self) -> None:
         """Write and remove a probe file in the folder (created if needed) and in each of

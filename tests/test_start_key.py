@@ -1,0 +1,69 @@
+"""The start a fine-tune begins from is recorded with every run, and a results folder never
+pools runs of one backbone fine-tuned from two different starts (two caches whose
+pre-training came out differently give two starts)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import torch
+from typer.testing import CliRunner
+
+from cirbench.backbones.tiny_pretrain import _composer_cache, build_tiny
+from cirbench.backbones.tiny import TinyBackbone
+from cirbench.cli import app
+from cirbench.engine.grid import Grid, GridSpec
+from cirbench.results.store import ResultsStore
+
+runner = CliRunner()
+
+
+def _other_start(cache_dir: Path, tmp_path: Path) -> Path:
+    """A copy of ``cache_dir`` whose pre-trained ``cir`` composer differs in one weight."""
+    other = tmp_path / "other-cache"
+    shutil.copytree(cache_dir, other)
+    path = _composer_cache(TinyBackbone(seed=0), other, "cir")
+    state = torch.load(path, weights_only=True)
+    name = sorted(state)[0]
+    state[name] = state[name] + 1e-3
+    torch.save(state, path)
+    return other
+
+
+def test_the_start_key_names_the_pretrained_state_not_the_seed(cache_dir: Path, tmp_path: Path) -> None:
+    first, second = build_tiny(None, 0, cache_dir), build_tiny(None, 7, cache_dir)
+    assert first.start_key() == second.start_key()
+    assert first.start_key().startswith(first.tower_key() + "+cir-")
+    assert build_tiny(None, 0, _other_start(cache_dir, tmp_path)).start_key() != first.start_key()
+
+
+def _run(output: Path, cache_dir: Path):
+    return runner.invoke(app, ["run", "--methods", "sprc", "--noise", "0", "--dataset", "shapes-mini", "--epochs", "1",
+                               "--batch-size", "64", "--output", str(output), "--cache-dir", str(cache_dir)])
+
+
+def test_a_folder_holding_another_start_is_refused_before_any_work(cache_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "results"
+    assert _run(output, cache_dir).exit_code == 0
+    runs = ResultsStore(output).read("runs")
+    assert set(runs.start_key) == {build_tiny(None, 0, cache_dir).start_key()}
+
+    refused = _run(output, _other_start(cache_dir, tmp_path))
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "fine-tuned from another start" in text and "--cache-dir" in text
+    pd.testing.assert_frame_equal(ResultsStore(output).read("runs"), runs)
+
+
+def test_a_cell_run_without_the_preflight_fails_instead_of_pooling(cache_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "results"
+    assert _run(output, cache_dir).exit_code == 0
+    spec = GridSpec(methods=["sprc"], noise_rates=[0.5], dataset="shapes-mini", epochs=1, batch_size=64,
+                    output=output, cache_dir=_other_start(cache_dir, tmp_path))
+    grid = Grid(spec)  # a scheduler job or worker process: it runs one cell, no preflight
+    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda message: None)
+    assert outcome.status == "failed" and "another start" in outcome.error
+    runs = ResultsStore(output).read("runs")
+    failed = runs[runs.run_id == grid.cells[0].key.run_id]
+    assert list(failed.status) == ["failed"] and list(failed.start_key) == [""]
