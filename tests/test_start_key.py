@@ -67,3 +67,26 @@ def test_a_cell_run_without_the_preflight_fails_instead_of_pooling(cache_dir: Pa
     runs = ResultsStore(output).read("runs")
     failed = runs[runs.run_id == grid.cells[0].key.run_id]
     assert list(failed.status) == ["failed"] and list(failed.start_key) == [""]
+
+
+def test_the_caches_exist_before_worker_processes_start_even_with_the_references_recorded(tmp_path: Path, monkeypatch) -> None:
+    """Worker processes only read the caches; when the reference rows are already recorded
+    (and so skipped) the main process still builds them first: a worker pre-training the
+    start on its one thread made a second start."""
+    from cirbench.engine import runner as runner_module
+
+    fresh_cache = tmp_path / "fresh-cache"
+    grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.0, 0.5], dataset="shapes-mini", epochs=1, batch_size=64,
+                         output=tmp_path / "results", cache_dir=fresh_cache))
+    found: dict[str, bool] = {}
+
+    def workers(spec, run_ids, jobs):
+        found["start"] = any((fresh_cache / "towers").glob("*-cir-*.pt"))
+        found["tokens"] = any((fresh_cache / "features").glob("*.npy"))
+        for run_id in run_ids:
+            yield {"run_id": run_id, "status": "failed", "error": "not run", "final": {}}
+
+    monkeypatch.setattr(runner_module, "run_references", lambda grid, references, report: [])  # as if recorded
+    monkeypatch.setattr(runner_module, "run_in_processes", workers)
+    outcomes = runner_module.run_grid(grid, jobs=2)
+    assert len(outcomes) == 2 and found == {"start": True, "tokens": True}

@@ -75,3 +75,23 @@ def test_results_name_the_backbone_weights(tmp_path) -> None:
     assert backbone_label(Grid(spec()).spec) == "tiny[cir]"  # the default is named
     assert backbone_label(spec(weights="stage1")) == "tiny[stage1]"
     assert backbone_label(spec(backbone="blip2", weights="/models/blip2-itm/")) == "blip2[blip2-itm]"
+
+
+def test_every_pretraining_runs_on_the_pinned_threads_whatever_the_callers(tmp_path, monkeypatch) -> None:
+    """A matrix product's reductions depend on the thread count, so a start pre-trained in a
+    one-thread worker differed from one pre-trained in the two-thread main process; every
+    stage now runs on PRETRAIN_THREADS and the caller's count is restored."""
+    seen: list[tuple[str, int]] = []
+
+    def recording(stage):
+        def run(backbone, **kwargs):
+            seen.append((stage, torch.get_num_threads()))
+            return tiny_pretrain.composer_state(backbone)
+        return run
+
+    monkeypatch.setattr(tiny_pretrain, "pretrain_stage1", recording("stage1"))
+    monkeypatch.setattr(tiny_pretrain, "pretrain_composed_retrieval", recording("cir"))
+    torch.set_num_threads(1)
+    tiny_pretrain.build_tiny("cir", 0, tmp_path)
+    assert seen == [("stage1", tiny_pretrain.PRETRAIN_THREADS), ("cir", tiny_pretrain.PRETRAIN_THREADS)]
+    assert tiny_pretrain.PRETRAIN_THREADS != 1 and torch.get_num_threads() == 1

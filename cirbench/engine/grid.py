@@ -33,6 +33,7 @@ from cirbench.engine.reference import REFERENCE_ROWS, TextOnly
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
+from cirbench.engine.start import check_start
 from cirbench.provenance import git_commit, package_versions
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.locks import CellLock
@@ -102,11 +103,6 @@ class CellOutcome:
 
 class GridError(ValueError):
     """A grid that cannot run: an unknown name, a bad rate or override. Raised before work."""
-
-
-class StartMismatchError(GridError):
-    """The results folder holds runs of the same backbone fine-tuned from another start
-    (other pre-trained weights): their numbers cannot be pooled with this grid's."""
 
 
 def base_method(label: str) -> str:
@@ -287,6 +283,12 @@ class Grid:
                 )
         return self._tokens[key]
 
+    def prepare_caches(self, announce: Callable[[str], None] = print) -> None:
+        """Build what every cell reads (the data, the start, the tower tokens) here, so that
+        worker processes only read them, also when the recorded reference rows are skipped."""
+        spec = self.spec
+        self.tokens(BACKBONES.get(spec.backbone)(spec.seeds[0], spec.cache_dir, spec.weights), announce)
+
     def run_cell(self, cell: Cell, progress: ProgressFn, announce: Callable[[str], None] = print) -> CellOutcome:
         """Run one cell (unless complete and not ``overwrite``, or held by another live
         process: :meth:`_one_writer`) and write its results."""
@@ -343,29 +345,8 @@ class Grid:
                    n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(self.dropped_path or ""),
                    n_warnings=int(dataset.info.get("n_warnings", 0)))
         backbone = BACKBONES.get(self.spec.backbone)(key.seed, self.spec.cache_dir, self.spec.weights)
-        row["start_key"] = self.check_start(backbone)
+        row["start_key"] = check_start(self.store, backbone_label(self.spec), backbone, self.spec.cache_dir)
         return dataset, backbone, self.tokens(backbone, announce)
-
-    def check_start(self, backbone) -> str:
-        """``backbone``'s start key, once the results folder is known to hold no completed run
-        of this backbone from another start (:class:`StartMismatchError` if it does)."""
-        key = backbone.start_key()
-        label = backbone_label(self.spec)
-        others = sorted(self.store.start_keys(label) - {key})
-        if others:
-            raise StartMismatchError(
-                f"results folder {self.spec.output} holds runs of {label} fine-tuned from another start "
-                f"({', '.join(others)}; this grid's is {key}, from the caches in {self.spec.cache_dir}): "
-                "their numbers cannot be pooled. Run with the --cache-dir those runs used, or write to another --output."
-            )
-        return key
-
-    def check_start_before_running(self) -> None:
-        """:meth:`check_start` before any cell runs (building the first seed's backbone),
-        when the folder already records a start for this backbone; a fresh folder costs nothing."""
-        if self.store.start_keys(backbone_label(self.spec)):
-            self.check_start(BACKBONES.get(self.spec.backbone)(self.spec.seeds[0], self.spec.cache_dir, self.spec.weights))
-
 
     def _base_row(self, cell: Cell, started: dt.datetime) -> dict:
         """A ``runs`` row as a failed attempt: what is known before the cell runs."""

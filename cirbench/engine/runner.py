@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 from cirbench.data.registry import DATASETS
 from cirbench.engine.distributed import world_size
-from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec
+from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec, backbone_label
 from cirbench.engine.launch import Submission, parse_scheduler_options, submit_grid
 from cirbench.engine.parallel import default_jobs, run_in_processes
+from cirbench.engine.start import refuse_another_start
 from cirbench.results.locks import live_holder
 
 
@@ -85,10 +86,11 @@ class Preflight:
 
 def preflight(grid: Grid) -> Preflight | None:
     """Before any cell runs: refuse a results folder holding runs from another start of the
-    backbone (:class:`~cirbench.engine.grid.StartMismatchError`), and load a dataset read
+    backbone (:class:`~cirbench.engine.start.StartMismatchError`), and load a dataset read
     from the user's files, so that one failing its check stops the run here
     (DatasetProblemsError, ValueError or OSError); None for a generated dataset."""
-    grid.check_start_before_running()
+    spec = grid.spec
+    refuse_another_start(grid.store, backbone_label(spec), spec.backbone, spec.seeds[0], spec.cache_dir, spec.weights)
     if not DATASETS.get(grid.spec.dataset).files:
         return None
     dataset = grid.dataset()
@@ -144,6 +146,7 @@ def run_grid(grid: Grid, jobs: int = 1, report: Report = _quiet) -> list[CellOut
     outcomes = run_references(grid, references, report)
     pending = grid.pending() if jobs > 1 and grid.cells else []
     if min(jobs, len(pending)) > 1:
+        grid.prepare_caches(announce=lambda m: report(Event("announce", message=m)))
         return outcomes + run_pool(grid, grid.cells, pending, jobs, report)
     return outcomes + run_here(grid, grid.cells, report)
 

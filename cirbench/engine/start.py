@@ -1,0 +1,41 @@
+"""The start a cell fine-tunes from, recorded and never pooled with another.
+
+Two caches of the same backbone can hold different pre-trained starts (the ``tiny``
+start once came out differently on one thread and on two), and a grid's numbers mean
+something only against cells from the same start. Every cell records its backbone's
+:meth:`~cirbench.backbones.base.Backbone.start_key` in ``runs``; a grid refuses a results
+folder whose completed runs of the same backbone record another one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cirbench.backbones.registry import BACKBONES
+from cirbench.results.store import ResultsStore
+
+
+class StartMismatchError(ValueError):
+    """The results folder holds runs of the same backbone fine-tuned from another start:
+    their numbers cannot be pooled with this grid's."""
+
+
+def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path) -> str:
+    """``backbone``'s start key, once ``store`` is known to hold no completed run of the
+    backbone labelled ``label`` from another start (:class:`StartMismatchError` if it does)."""
+    key = backbone.start_key()
+    others = sorted(store.start_keys(label) - {key})
+    if others:
+        raise StartMismatchError(
+            f"results folder {store.root} holds runs of {label} fine-tuned from another start "
+            f"({', '.join(others)}; this grid's is {key}, from the caches in {cache_dir}): "
+            "their numbers cannot be pooled. Run with the --cache-dir those runs used, or write to another --output."
+        )
+    return key
+
+
+def refuse_another_start(store: ResultsStore, label: str, backbone: str, seed: int, cache_dir: Path, weights: str | None) -> None:
+    """:func:`check_start` before any cell runs, building the backbone (``backbone``,
+    ``seed``, ``weights``) only when ``store`` already records a start for it."""
+    if store.start_keys(label):
+        check_start(store, label, BACKBONES.get(backbone)(seed, cache_dir, weights), cache_dir)
