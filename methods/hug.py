@@ -91,8 +91,17 @@ it cannot change a ranking; by default ``encode_queries`` skips the two uncertai
 it would need (``exact_query_variance`` computes them and gives the exact distance).
 
 Ablations (paper Table 3), as Config switches: ``probabilistic`` (off: point matching,
-zero variances, ``L_HC`` only; the paper's row 0 uses InfoNCE, here the same sigmoid loss
-so that the row differs from row 1 by the variances alone), ``fc_component``,
+zero variances, one loss: ``point_loss``, by default the paper's row 0, InfoNCE (He et al.
+2020) on the point embeddings: logits ``-d / (2K tau)`` with ``d`` the summed squared
+distance of the K unit component means (the mean cosine over components up to a constant
+a softmax ignores) and ``tau = point_temperature`` 0.07, query to targets as SPRC's
+``itc``. ``point_loss=sigmoid`` is cirbench's earlier reading, Eq. 13 without variances,
+which differs from row 1 by the variances alone but not only in them: without the summed
+variance offset (about 7.8 on ``shapes``) the bias ``b = -10`` starts the negatives *below*
+the balance point ln 2(B-1) (logits near 1.5 at the pre-trained start), the first steps
+push every pair apart (loss 312 against the full model's 7.3 at step 0) and the first
+epoch wrecks the start (R@10 0.04-0.06 from 0.398); a test checks the default does not),
+``fc_component``,
 ``fc_instance``, ``fc_modality``, ``cross_modal`` (off: query variance from the reference
 and text heads only), ``coordination_loss`` and ``dynamic_weighting`` (off: static equal
 weights).
@@ -109,6 +118,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch
+from cirbench.losses import info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
 
 _ABLATION_SWITCHES = (
@@ -175,6 +185,8 @@ class HUGConfig(MethodConfig):
     freeze_means: bool = False
     exact_query_variance: bool = False
     probabilistic: bool = True
+    point_loss: str = "infonce"
+    point_temperature: float = 0.07
     fc_component: bool = True
     fc_instance: bool = True
     fc_modality: bool = True
@@ -190,6 +202,10 @@ class HUGConfig(MethodConfig):
             raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
         if self.fc_form not in ("sigmoid", "infonce"):
             raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
+        if self.point_loss not in ("infonce", "sigmoid"):
+            raise ValueError(f"hug: point_loss={self.point_loss!r} is not one of infonce, sigmoid")
+        if not self.point_temperature > 0:
+            raise ValueError(f"hug: point_temperature must be > 0, got {self.point_temperature}")
 
 
 class UncertaintyHead(nn.Module):
@@ -377,7 +393,7 @@ class HUG(Method):
     """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
 
     name = "hug"
-    version = "3"
+    version = "4"
     paper = (
         "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
         "Probabilistic Learning, AAAI 2026"
@@ -457,8 +473,7 @@ class HUG(Method):
         with torch.set_grad_enabled(train_means and torch.is_grad_enabled()):
             mu_q, mu_c = self.means(fused), self.means(target)
         if not config.probabilistic:
-            zeros = torch.zeros_like(mu_q)
-            return {"hc": holistic_contrast(expected_distance(mu_q, zeros, mu_c, zeros), self.a, self.b)}, {}
+            return {"hc": self.point_matching_loss(mu_q, mu_c)}, {}
         mismatched, rows = None, None
         if config.cross_modal and config.coordination_loss:
             rows, texts = mismatched_pairs(len(batch), config.cord_pairs, batch.index.device)
@@ -484,6 +499,16 @@ class HUG(Method):
             "overall_uncertainty": v["q"].detach().mean((1, 2)),
         }
         return parts, scores
+
+    def point_matching_loss(self, mu_q: torch.Tensor, mu_c: torch.Tensor) -> torch.Tensor:
+        """Table 3 row 0 (``probabilistic`` off) on component means (B, K, E): InfoNCE on
+        ``-d / (2K)`` at ``point_temperature`` (the paper), or Eq. 13 without variances
+        (``point_loss=sigmoid``); see the module docstring."""
+        zeros = torch.zeros_like(mu_q)
+        distance = expected_distance(mu_q, zeros, mu_c, zeros)
+        if self.config.point_loss == "sigmoid":
+            return holistic_contrast(distance, self.a, self.b)
+        return info_nce(-distance / (2 * mu_q.shape[1]), self.config.point_temperature)
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
         parts, scores = self.losses(batch)
