@@ -21,8 +21,9 @@ SETTING = ("shapes", "tiny[cir]", "thirds")
 
 
 def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: dict[str, float],
-           auroc: dict[str, float] | None = None, reference: bool = False, first: float = 0.9) -> None:
-    """One run of two epochs whose first reaches ``first`` of each final value."""
+           auroc: dict[str, float] | None = None, reference: bool = False, first: float = 0.9, queries: int = 0) -> None:
+    """One run of two epochs whose first reaches ``first`` of each final value (with
+    ``queries`` validation queries in its ``ranks``)."""
     run_id = f"{method}-{rate:g}-s{seed}"
     key = CellKey(run_id, method, *SETTING, float("nan") if reference else rate, seed)
     row = {"status": "completed", "error": "", "config": "{}", "method_version": "1", "method_source": "test",
@@ -36,6 +37,9 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
     frame = pd.DataFrame([{"epoch": e, "split": "val", "group": "all", "metric": m, "value": v * (1 if e == epochs[-1] else first),
                            "eval_protocol": "p"} for e in epochs for m, v in metrics.items()])
     tables = {"metrics": frame}
+    if queries:
+        tables["ranks"] = pd.DataFrame({"query": range(queries), "group": "all", "rank": 1, "subset_rank": 1,
+                                        "ties": 0, "subset_ties": 0})
     if auroc:
         tables["purity"] = pd.DataFrame([{"epoch": e, "noise_type": t, "n_samples": 10, "n_selected": None, "n_selected_clean": None,
                                           "n_selected_noisy": None, "purity": math.nan, "clean_recall": math.nan,
@@ -43,14 +47,14 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
     store.write_run(key, row, tables)
 
 
-def _results(tmp_path: Path, oracle_80: float, sprc_first: float = 0.9) -> Path:
+def _results(tmp_path: Path, oracle_80: float, sprc_first: float = 0.9, oracle_first: float = 0.9, queries: int = 0) -> Path:
     store = ResultsStore(tmp_path / "results")
     for seed, wobble in ((0, 0.0), (1, 0.01), (2, -0.01)):
-        _write(store, "sprc", 0.0, seed, {"recall@10": 0.60 + wobble, "recall_subset@1": 0.55}, first=sprc_first)
+        _write(store, "sprc", 0.0, seed, {"recall@10": 0.60 + wobble, "recall_subset@1": 0.55}, first=sprc_first, queries=queries)
         _write(store, "sprc", 0.5, seed, {"recall@10": 0.40 + wobble}, {"all": 0.8, "caption": 0.6, "reference": 0.9})
         _write(store, "sprc", 0.8, seed, {"recall@10": 0.30 + wobble})
         _write(store, "oracle", 0.5, seed, {"recall@10": 0.45 + wobble})
-        _write(store, "oracle", 0.8, seed, {"recall@10": oracle_80 + wobble})
+        _write(store, "oracle", 0.8, seed, {"recall@10": oracle_80 + wobble}, first=oracle_first)
         _write(store, "zero_shot", 0.0, seed, {"recall@10": 0.30}, reference=True)
         _write(store, "text_blind", 0.0, seed, {"recall@10": 0.24}, reference=True)
     return tmp_path / "results"
@@ -80,6 +84,19 @@ def test_gentle_reads_every_epoch(tmp_path: Path) -> None:
     dipped = {c.name: c for c in calibration_checks(load_results(_results(tmp_path / "b", 0.36, sprc_first=1.02)).settings[0])}
     # sprc at 0% falls from 1.02 x 0.61 to 0.61 (seed 1) between its two epochs: a drop of 0.0122
     assert dipped["gentle"].value == pytest.approx(0.01 - 0.02 * 0.61) and dipped["gentle"].verdict == "FAIL"
+
+
+def test_gentle_allows_a_dip_within_the_starts_resolution_only(tmp_path: Path) -> None:
+    """With 100 validation queries the start's R@10 0.30 has a binomial SE of 0.0458: the
+    floor is 0.30 - 2 x 0.0458 = 0.208. The filter at 80% (seed 2: final 0.35) ending its
+    first epoch at 0.80 x 0.35 = 0.28 is within it; at 0.55 x 0.35 = 0.1925 it is not."""
+    floor = 0.30 - 2 * math.sqrt(0.30 * 0.70 / 100)
+    within = {c.name: c for c in calibration_checks(load_results(_results(tmp_path / "a", 0.36, oracle_first=0.8, queries=100)).settings[0])}
+    sprc_slack = 0.01 + 0.1 * 0.59  # sprc at 0% only rises: seed 2 from 0.9 x 0.59 to 0.59
+    assert within["gentle"].value == pytest.approx(min(0.28 - floor, sprc_slack)) and within["gentle"].verdict == "pass"
+    assert "over 100 queries" in within["gentle"].detail
+    below = {c.name: c for c in calibration_checks(load_results(_results(tmp_path / "b", 0.36, oracle_first=0.55, queries=100)).settings[0])}
+    assert below["gentle"].value == pytest.approx(0.55 * 0.35 - floor) and below["gentle"].verdict == "FAIL"
 
 
 def test_a_missed_target_fails(tmp_path: Path) -> None:

@@ -25,6 +25,13 @@ from cirbench.results.headline import headline_rows
 PREMISE_RATE, PREMISE_EPOCH = 0.5, 1
 GENTLE_DROP = 0.01
 """The most ``sprc``'s clean-data recall may lose from one epoch to the next (one point)."""
+GENTLE_RESOLUTION = 2.0
+"""How many standard errors of the start's recall (binomial, over the validation queries)
+the perfect filter may end an epoch below the start and still count as not worse: a warm-up
+epoch that barely moves the model ends within the evaluation's resolution of the start,
+above or below it by chance, and a gentler rate does not change that (docs/benchmark.md);
+a fine-tune that wrecks its start falls many standard errors (11 on the 4-epoch lr 1e-3
+default). Without per-query ranks of the start the tolerance is 0."""
 
 
 @dataclass(frozen=True)
@@ -81,21 +88,36 @@ def _curves(setting: Setting, method: str, rate: float, metric: str) -> dict[int
 
 def _gentle(setting: Setting, metric: str) -> Check:
     """The fine-tune does not first wreck its start: after every epoch the perfect filter at
-    50% and 80% noise is at or above the start's recall, and ``sprc`` on clean data never
-    loses more than :data:`GENTLE_DROP` from one epoch to the next. The value is the worse
-    of the two slacks (the filter's lowest epoch minus the start; the allowed drop minus
-    ``sprc``'s largest), so it passes at >= 0."""
+    50% and 80% noise is at or above the start's recall less :data:`GENTLE_RESOLUTION`
+    standard errors of it, and ``sprc`` on clean data never loses more than
+    :data:`GENTLE_DROP` from one epoch to the next. The value is the worse of the two slacks
+    (the filter's lowest epoch minus that floor; the allowed drop minus ``sprc``'s largest),
+    so it passes at >= 0."""
     start = _reference(setting, "zero_shot", metric)
+    n_queries = _start_queries(setting)
+    error = math.sqrt(start * (1 - start) / n_queries) if n_queries and math.isfinite(start) else 0.0
+    floor = start - GENTLE_RESOLUTION * error
     lows = {rate: min((float(c.min()) for c in _curves(setting, "oracle", rate, metric).values()), default=float("nan"))
             for rate in CALIBRATION_RATES[1:]}
     drops = [float(-c.diff().min()) for c in _curves(setting, "sprc", 0.0, metric).values() if len(c) > 1]
     drop = max(drops) if drops else float("nan")
-    slack = min([low - start for low in lows.values()] + [GENTLE_DROP - drop])
+    slack = min([low - floor for low in lows.values()] + [GENTLE_DROP - drop])
     label = metric.replace("recall@", "R@")
     detail = ", ".join(f"oracle at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
+    detail += (f" (floor {floor:.3f}: {GENTLE_RESOLUTION:g} x SE {error:.4f} over {n_queries} queries)" if n_queries
+               else " (no per-query ranks of the start: floor = start)")
     detail += f"; sprc at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
-    return _check("gentle", f"worst slack: oracle epoch {label} - zero_shot, {GENTLE_DROP:g} - sprc 0% drop", slack, 0.0,
-                  None, detail, measurable=bool(drops) and all(map(math.isfinite, lows.values())))
+    figure = f"worst slack: oracle epoch {label} - (zero_shot - {GENTLE_RESOLUTION:g} SE), {GENTLE_DROP:g} - sprc 0% drop"
+    return _check("gentle", figure, slack, 0.0, None, detail,
+                  measurable=bool(drops) and all(map(math.isfinite, lows.values())))
+
+
+def _start_queries(setting: Setting) -> int:
+    """The number of validation queries a run of the setting ranked (every cell and the
+    start rank the same ones); 0 without per-query ranks."""
+    if setting.ranks.empty:
+        return 0
+    return int(setting.ranks.groupby("run_id")["query"].nunique().min())
 
 
 def _per_seed(setting: Setting, method: str, rate: float, metric: str) -> pd.Series:
