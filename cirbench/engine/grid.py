@@ -30,10 +30,10 @@ from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.features import cache_path, image_tokens
 from cirbench.engine.online import OnlineTokens, check_cache_fits
 from cirbench.engine.reference import REFERENCE_ROWS, TextOnly
+from cirbench.engine.start import check_start
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.plugins import Discovery, discover_methods
-from cirbench.engine.start import check_start
 from cirbench.provenance import git_commit, package_versions
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.locks import CellLock
