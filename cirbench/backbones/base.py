@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterable
 
 import numpy as np
 import torch
@@ -145,19 +145,19 @@ def max_token_similarity(queries: torch.Tensor, targets: torch.Tensor) -> torch.
     return torch.einsum("ne,mqe->nmq", queries, targets).amax(dim=-1)
 
 
+def _crc_tensors(named: Iterable[tuple[str, torch.Tensor]], digest: int) -> int:
+    for name, tensor in named:
+        digest = zlib.crc32(name.encode(), digest)
+        digest = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
+    return digest
+
+
 def state_digest(state: dict[str, torch.Tensor], digest: int = 0) -> int:
     """CRC32 of a state dict (names and raw bytes, in name order)."""
-    for name in sorted(state):
-        digest = zlib.crc32(name.encode(), digest)
-        digest = zlib.crc32(state[name].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
-    return digest
+    return _crc_tensors(sorted(state.items()), digest)
 
 
 def weights_digest(module: nn.Module, preprocessing: str) -> int:
     """CRC32 of a frozen tower's preprocessing description and every tensor of its state
     (names and raw bytes): the stable part of a ``tower_key``."""
-    digest = zlib.crc32(preprocessing.encode())
-    for name, tensor in module.state_dict().items():
-        digest = zlib.crc32(name.encode(), digest)
-        digest = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), digest)
-    return digest
+    return _crc_tensors(module.state_dict().items(), zlib.crc32(preprocessing.encode()))

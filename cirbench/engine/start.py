@@ -20,11 +20,12 @@ class StartMismatchError(ValueError):
     their numbers cannot be pooled with this grid's."""
 
 
-def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path) -> str:
+def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path, recorded: set[str] | None = None) -> str:
     """``backbone``'s start key, once ``store`` is known to hold no completed run of the
-    backbone labelled ``label`` from another start (:class:`StartMismatchError` if it does)."""
+    backbone labelled ``label`` from another start (:class:`StartMismatchError` if it does);
+    ``recorded``: the store's start keys of ``label`` when already read."""
     key = backbone.start_key()
-    others = sorted(store.start_keys(label) - {key})
+    others = sorted((store.start_keys(label) if recorded is None else recorded) - {key})
     if others:
         raise StartMismatchError(
             f"results folder {store.root} holds runs of {label} fine-tuned from another start "
@@ -37,5 +38,6 @@ def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path) -> s
 def refuse_another_start(store: ResultsStore, label: str, backbone: str, seed: int, cache_dir: Path, weights: str | None) -> None:
     """:func:`check_start` before any cell runs, building the backbone (``backbone``,
     ``seed``, ``weights``) only when ``store`` already records a start for it."""
-    if store.start_keys(label):
-        check_start(store, label, BACKBONES.get(backbone)(seed, cache_dir, weights), cache_dir)
+    recorded = store.start_keys(label)
+    if recorded:
+        check_start(store, label, BACKBONES.get(backbone)(seed, cache_dir, weights), cache_dir, recorded)

@@ -66,8 +66,7 @@ def _starts(runs: pd.DataFrame) -> list[str]:
     (:meth:`~cirbench.backbones.base.Backbone.start_key`): two starts in one setting mean
     pooled numbers that should not be, and runs written before the key existed are counted."""
     lines = []
-    keys = runs["start_key"].fillna("").astype(str) if "start_key" in runs else pd.Series("", index=runs.index)
-    for backbone, group in keys.groupby(runs["backbone"]):
+    for backbone, group in runs["start_key"].astype(str).groupby(runs["backbone"]):
         starts = sorted(set(group) - {""})
         unrecorded = int((group == "").sum())
         text = f"starts of {backbone}: {', '.join(starts) or 'not recorded'}"

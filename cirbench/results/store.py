@@ -228,7 +228,7 @@ class ResultsStore:
         key was recorded add none."""
         runs = self.read("runs")
         done = runs[(runs["backbone"] == backbone) & (runs["status"] == "completed")]
-        return {str(k) for k in done["start_key"].dropna() if k}
+        return {str(k) for k in done["start_key"] if k}
 
     def check_writable(self) -> None:
         """Write and remove a probe file in the folder (created if needed) and in each of
