@@ -5,8 +5,8 @@ defects and the switches: ``docs/habit.md``.
 
 Per training step (every similarity is the BLIP-2 max over target tokens, as in ``sprc``):
 
-- **Anchor**: the batch row with the smallest detached RCL row loss (Eq. of ConeSep's RCL,
-  temperature ``temperature``, every row kept).
+- **Anchor**: the batch row with the smallest detached RCL row loss (ConeSep's Eq. 4 at
+  ``temperature``, every row kept).
 - **Mutual Knowledge Estimation** (:func:`soft_labels`): a ``bins``-bin histogram mutual
   information between the flattened (Q x E) fused-query tokens (``text_proj`` of the
   composer's query positions) and target tokens of a pair; with ``a`` the anchor, the
