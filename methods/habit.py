@@ -35,7 +35,7 @@ the method's partition.
 Release defects not copied (each documented in ``docs/habit.md``): the history by batch
 position (``history``); the KL's two similarity arguments swapped relative to their names,
 which also pairs each similarity with the other epoch's soft labels (``kl_arguments =
-"release"`` reproduces it); the batch size 256 hard-coded in three places (any batch size
+"release"`` reproduces it); the batch size 256 hard-coded in four places (any batch size
 works here); ``--eps_for_DBSCAN`` parsed but never used (``dbscan_eps`` is used); the
 mutual information as a per-sample CPU loop (vectorised here, same values).
 """

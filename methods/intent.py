@@ -27,9 +27,10 @@ as ``sprc``'s loss is, to measure how well INTENT's own discrimination marks noi
 
 Release defects not copied (``docs/intent.md``): the training script imports modules the
 repository lacks (``test_BLIP2``, ``data_utils``), so it does not run as shipped; the
-FFT mix clamps to [0, 1] images that were already normalised, which cuts off most of
-each image (``mix_clamp = true`` reproduces it; here the mix stays in the tower's input
-space, unclamped); the "info-discrimination" outputs (``get_infodiscri``) are computed every
+FFT mix clamps to [0, 1] images that were already normalised, which sets every value
+below the channel mean to 0 and every value above about one standard deviation over it to
+1 (``mix_clamp = true`` reproduces it; here the mix stays in the tower's input space,
+unclamped); the "info-discrimination" outputs (``get_infodiscri``) are computed every
 step and never used (not computed here); ``L_odl`` re-normalises the target tokens over
 the token axis, a shape slip (``odl_token_norm = true`` reproduces it).
 """
