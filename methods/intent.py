@@ -161,7 +161,8 @@ class INTENT(Method):
 
     name = "intent"
     version = "1"
-    paper = "Chen et al., INTENT: Invariance and Discrimination-aware Noise Mitigation for Robust CIR, AAAI 2026"
+    paper = ("Chen et al., INTENT: Invariance and Discrimination-aware Noise Mitigation for Robust Composed Image "
+             "Retrieval, AAAI 2026")
     Config = INTENTConfig
     scores_noise = True  # 1 - r_ii, recorded, not used (see the module docstring)
     ablations = {  # one module off each; docs/intent.md
