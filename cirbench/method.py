@@ -133,6 +133,16 @@ class TrainingContext:
     passes such as TME's per-sample loss; call it under ``torch.no_grad()``."""
     noise_flags: np.ndarray | None = None
     """The true per-sample noise flags: given to oracle methods only."""
+    pixels: Callable[[torch.Tensor, str], torch.Tensor] | None = None
+    """``pixels(index, role)``: the frozen tower's input (B, C, H, W) on ``device`` of the
+    ``role`` image (``"reference"`` or ``"target"``) of each training sample at ``index``
+    (``Batch.index``): the images behind the batch's tokens, noise included, decoded and
+    preprocessed by the backbone. For a method that builds images of its own (INTENT's
+    intervened reference); None outside the harness."""
+    encode_pixels: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """Frozen-tower tokens (B, P, D_v), float32 on ``device``, of pixels a method built, made
+    the way the batch's tokens were (the cache's tower, or the online one), without gradient:
+    the unchanged pixels of :attr:`pixels` give the batch's own tokens. None outside the harness."""
 
 
 class Method(nn.Module):

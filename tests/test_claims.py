@@ -24,6 +24,8 @@ HITS = {
     "tme": {0.0: 0.60, 0.5: 0.55, 0.8: 0.45},
     "conesep": {0.0: 0.70, 0.5: 0.65, 0.8: 0.60},
     "hug": {0.0: 0.30, 0.5: 0.20, 0.8: 0.10},
+    "habit": {0.0: 0.62, 0.5: 0.55, 0.8: 0.50},  # ahead of sprc under noise, behind conesep
+    "intent": {0.0: 0.45, 0.5: 0.60, 0.8: 0.40},  # loses 0.15 to sprc at 0%
 }
 # share kept of clean samples, of caption swaps and of the other noisy samples
 KEEP = {"tme": (0.85, 0.6, 0.45), "conesep": (0.9, 0.2, 0.2)}
@@ -142,6 +144,19 @@ def test_missing_cells_are_not_run(claims) -> None:
     assert _claim(claims, "ConeSep Table 3").verdict == NOT_RUN  # no ablation variants in these results
     ladder = _claim(claims, "HUG Table 3")
     assert ladder.verdict == NOT_RUN and all("not run" in c.numbers for c in ladder.checks)
+
+
+def test_conesep_table_claims_on_habit_and_intent(claims) -> None:
+    beat = _claim(claims, "ConeSep, Tables 1-2: the HABIT and INTENT rows against SPRC")
+    assert [c.label for c in beat.checks] == ["habit - sprc at 50%", "habit - sprc at 80%", "intent - sprc at 50%",
+                                             "intent - sprc at 80%"]
+    assert beat.verdict == HOLDS
+    conesep = _claim(claims, "ConeSep, Sec. 4.2 and Tables 1-2")
+    assert [c.label for c in conesep.checks] == [f"conesep - {m} at {r}" for m in ("habit", "intent") for r in ("0%", "50%", "80%")]
+    assert {c.label: c.verdict for c in conesep.checks}["conesep - intent at 80%"] == HOLDS
+    zero = _claim(claims, "ConeSep, Tables 1-2: the 0% rows")
+    assert {c.label.split(" ")[0]: c.verdict for c in zero.checks}["intent"] == DOES_NOT_HOLD
+    assert zero.verdict == DOES_NOT_HOLD
 
 
 def test_kept_sets_against_chance_per_seed(claims) -> None:

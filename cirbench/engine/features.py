@@ -1,6 +1,8 @@
 """The frozen-tower feature cache: patch tokens computed once per (dataset, tower) and
 reused by every cell of a grid, stored as a ``.npy`` file that is memory-mapped on read so
-a large dataset's cache never has to fit in memory."""
+a large dataset's cache never has to fit in memory. Also the two image accessors a cell
+gives its method (:attr:`~cirbench.method.TrainingContext.pixels` and
+:attr:`~cirbench.method.TrainingContext.encode_pixels`), for images a method builds."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ import numpy as np
 import torch
 
 from cirbench.backbones.base import Backbone
-from cirbench.data.base import CIRDataset
+from cirbench.data.base import CIRDataset, ImageSource, TripletSplit
+from cirbench.engine.online import OnlineTokens
+
+IMAGE_ROLES = ("reference", "target")
 
 
 def cache_path(cache_dir: Path, dataset: CIRDataset, backbone: Backbone) -> Path:
@@ -63,3 +68,34 @@ def image_tokens(
         Path(tmp).unlink(missing_ok=True)
         raise
     return np.load(path, mmap_mode="r")
+
+
+class SamplePixels:
+    """``TrainingContext.pixels`` of one cell: the tower input of the reference or target
+    image of training samples of ``split`` (the noisy split the batches are made from)."""
+
+    def __init__(self, split: TripletSplit, images: ImageSource, backbone: Backbone, device: torch.device) -> None:
+        self.split, self.images, self.backbone, self.device = split, images, backbone, device
+
+    def __call__(self, index: torch.Tensor, role: str) -> torch.Tensor:
+        if role not in IMAGE_ROLES:
+            raise ValueError(f"pixels: role must be one of {', '.join(IMAGE_ROLES)}, not {role!r}")
+        image_ids = getattr(self.split, role)[np.asarray(index.detach().cpu(), dtype=np.int64).reshape(-1)]
+        if (image_ids < 0).any():
+            raise ValueError(f"pixels: some of these samples have no {role} image")
+        return self.backbone.preprocess([self.images.load(int(i)) for i in image_ids]).to(self.device)
+
+
+def pixel_encoder(backbone: Backbone, tokens: object) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``TrainingContext.encode_pixels`` for a cell whose batches read ``tokens``: online
+    tokens come from the cell's own tower (its precision and sharding), so new pixels go
+    through it too; the cache was written by the backbone class's plain float32 tower
+    (:func:`image_tokens`, before the cell set its precision), so new pixels go through that."""
+    online = isinstance(tokens, OnlineTokens)
+
+    def encode(pixels: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out = backbone.encode_image_tokens(pixels) if online else type(backbone).encode_image_tokens(backbone, pixels)
+        return out.float()
+
+    return encode

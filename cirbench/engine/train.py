@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
+from cirbench.engine.features import SamplePixels, pixel_encoder
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
@@ -264,14 +265,11 @@ def train_cell(
     make_batch = BatchMaker(noisy_train, tokens, backbone.tokenize(noisy_train.texts), device)
     val_texts = backbone.tokenize(dataset.val.texts)
     steps_per_epoch = len(epoch_batches(n, batch_size, seed, 0))
-
-    def iterate(shuffle: bool = True) -> Iterator[Batch]:
-        for index in epoch_batches(n, batch_size, seed + 7919, 0, shuffle):
-            yield make_batch(index)
-
     context = TrainingContext(
-        num_train=n, epochs=epochs, batch_size=batch_size, steps_per_epoch=steps_per_epoch, seed=seed,
-        device=device, iterate=iterate, noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+        num_train=n, epochs=epochs, batch_size=batch_size, steps_per_epoch=steps_per_epoch, seed=seed, device=device,
+        iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
+        noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+        pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
     )
     method = method_cls(backbone, config, context).to(device)
     if parallel:

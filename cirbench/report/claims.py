@@ -1,5 +1,5 @@
 """The report's "Do the papers' claims hold here?": each claim of the ConeSep and HUG papers
-checked on a setting's results with the paired comparisons of
+(including ConeSep's numbers for HABIT and INTENT) checked on a setting's results with the paired comparisons of
 :mod:`cirbench.report.significance`.
 
 A claim is one or more checks; each check is a comparison (or, for the kept set against
@@ -41,6 +41,9 @@ HUG_LADDER: tuple[str, ...] = (
     "hug:cross_modal", "hug:coordination", "hug",
 )
 """HUG's Table 3 rows in order (``TABLE3_ROWS`` in ``methods/hug.py``; the last is the full model)."""
+CONESEP_TABLE_ROBUST = ("habit", "intent")
+"""The robust methods of ConeSep's Tables 1-2 that are checked against its numbers only
+(their own papers were not read; see ``docs/habit.md``, ``docs/intent.md``)."""
 OVERALL_UNCERTAINTY = "overall_uncertainty"
 CAPTION = "caption"
 
@@ -244,6 +247,35 @@ def _hug_ladder(ev: _Evidence) -> Claim:
     return claim
 
 
+def _table_robust_beat_sprc(ev: _Evidence) -> Claim:
+    claim = Claim(f"habit and intent beat {BASELINE} at every noise rate above 0% run",
+                  "ConeSep, Tables 1-2: the HABIT and INTENT rows against SPRC at 20%, 50% and 80%")
+    for method in CONESEP_TABLE_ROBUST:
+        rates = [r for r in ev.rates(method, BASELINE) if r > 0]
+        claim.checks += [ev.recall_check(f"{method} - {BASELINE} at {rate_label(r)}", difference(method, BASELINE, r))
+                         for r in rates]
+        if not rates:
+            claim.checks.append(Check(f"{method} - {BASELINE}", NOT_RUN, f"not run: no noisy rate with both {method} and {BASELINE}"))
+    return claim
+
+
+def _conesep_beats_table_robust(ev: _Evidence) -> Claim:
+    claim = Claim("conesep beats habit and intent at every noise rate run",
+                  "ConeSep, Sec. 4.2 and Tables 1-2: ConeSep against the HABIT and INTENT rows")
+    for method in CONESEP_TABLE_ROBUST:
+        claim.checks += _rate_checks(ev, "conesep", method)
+    return claim
+
+
+def _table_robust_no_loss_without_noise(ev: _Evidence) -> Claim:
+    claim = Claim(f"At 0% noise habit and intent lose no more than a point to {BASELINE}",
+                  "ConeSep, Tables 1-2: the 0% rows of HABIT, INTENT and SPRC")
+    for method in CONESEP_TABLE_ROBUST:
+        claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
+                                            threshold=NON_INFERIORITY))
+    return claim
+
+
 def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     """Is ``method``'s final kept set at ``rate`` cleaner than a random subset of the same
     size on every seed (hypergeometric p < 0.01 each)? Fewer than two seeds: inconclusive."""
@@ -283,6 +315,9 @@ def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0
         _uncertainty_marks_noise(ev),
         _hug_ladder(ev),
         _kept_sets_beat_chance(ev),
+        _table_robust_beat_sprc(ev),
+        _conesep_beats_table_robust(ev),
+        _table_robust_no_loss_without_noise(ev),
     ]
 
 
