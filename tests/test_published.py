@@ -3,7 +3,6 @@ report that sets them beside FashionIQ and CIRR runs with the gap per cell."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
