@@ -40,6 +40,8 @@ def run(
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples: they "
                                        "are dropped, listed and recorded.")] = False,
     save: Annotated[bool, Opt("--save", help="Save each cell's trained weights under <output>/checkpoints/.")] = False,
+    holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out, noise included, and "
+                                  "evaluated every epoch for model selection (docs/selection.md); 0: none.")] = 0.0,
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (parquet tables).")] = Path("results"),
@@ -77,7 +79,7 @@ def run(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
-        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, precision=precision,
+        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
         gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
     if launcher != "none":
         raise typer.Exit(_launch(grid, launcher, gpus_per_cell, scheduler_option))
@@ -189,6 +191,46 @@ def _summary(grid, outcomes: list) -> None:
     spec = grid.spec
     show.summary(console, summary, f"cirbench run: {dataset_label(spec)} / {backbone_label(spec)} / "
                                    f"{spec.noise_protocol} -> {spec.output}")
+
+
+@app.command()
+def sweep(
+    methods: Annotated[str, Opt("--methods", "-m", help="Comma-separated methods to tune, each with the same budget.")],
+    noise: Annotated[str, Opt("--noise", "-n", help="Comma-separated noise rates in [0, 1).")] = DEFAULT_NOISE,
+    trials: Annotated[int, Opt("--trials", help="Trials per method; trial 0 is the defaults, the others draw from "
+                               "the method's Config.search_space.")] = 4,
+    seeds: Seeds = "0",
+    holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out; the report selects "
+                                  "each method's trial on it (docs/selection.md).")] = 0.1,
+    dataset: DatasetName = "shapes", data_root: DataRoot = None, dataset_option: DatasetOptions = [],
+    backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
+    epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
+    output: Annotated[Path, Opt("--output", "-o", help="Results directory (finished cells are reused).")] = Path("results"),
+    cache_dir: CacheDir = Path("datasets"), plugin: Plugins = [], device: Device = "cpu", precision: Precision = "fp32",
+    jobs: Jobs = 0,
+) -> None:
+    """Tune every method with the same budget: --trials configurations each, run as ordinary
+    cells <method>:trial<k> (resumable, parallel), selected on the held-out split by the report."""
+    from cirbench.engine.sweep import SweepError, sweep_rows
+    from cirbench.plugins import discover_methods
+
+    if not 0.0 < holdout < 1.0:
+        _fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
+    discovery = discover_methods(list(plugin))
+    try:
+        labels, overrides = sweep_rows(_split(methods, str, "--methods"), trials, discovery, backbone)
+    except (SweepError, KeyError) as exc:
+        _fail(str(exc).strip("'\""))
+    sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
+    grid = _validated_grid(",".join(labels), noise, None, sets, plugin, dict(
+        seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
+        noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
+        data_root=data_root, plugin_files=list(plugin), device=device, dataset_options=_dataset_options(dataset_option),
+        holdout=holdout, precision=precision))
+    outcomes = _run(grid, jobs)
+    _summary(grid, outcomes)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+from cirbench.search import LR_SPACE, Distribution
 
 
 @contextmanager
@@ -56,6 +57,10 @@ class MethodConfig:
     Out-of-range values raise ValueError when the config is built (before any work); a
     subclass with its own ``__post_init__`` calls ``super().__post_init__()``.
     """
+
+    search_space: ClassVar[dict[str, Distribution]] = {"lr": LR_SPACE}
+    """What ``cirbench sweep`` may vary (:mod:`cirbench.search`): ``lr`` for every method; a
+    method's ``Config`` adds its own few (``{**MethodConfig.search_space, ...}``)."""
 
     lr: float | None = None
     weight_decay: float = 0.05

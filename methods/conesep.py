@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +50,7 @@ from torch import nn
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
 from cirbench.losses import info_nce, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext, frozen_parameters
+from cirbench.search import Distribution, Uniform
 from cirbench.ot import sinkhorn_log
 
 FidelityVariant = Literal["eq3", "release"]
@@ -118,6 +119,10 @@ class ConeSepConfig(MethodConfig):
     ``label_softmax`` (on: the release's extra softmax of ``Y``, which flattens it towards
     uniform; off: ``Y`` as Eq. 11 gives it).
     """
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "omega": Uniform(0.25, 0.75),
+    }
 
     K: int = 4
     tau: float = 0.07

@@ -43,7 +43,7 @@ mutual information as a per-sample CPU loop (vectorised here, same values).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -53,6 +53,7 @@ from sklearn.cluster import DBSCAN
 from cirbench.backbones.base import max_token_similarity
 from cirbench.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
+from cirbench.search import Distribution, LogUniform
 
 History = Literal["sample", "batch_position"]
 KLArguments = Literal["named", "release"]
@@ -73,6 +74,10 @@ class HABITConfig(MethodConfig):
     lookup) and ``kl_arguments`` (``named``: KL(previous || current) as the function's
     argument names say; ``release``: the swapped call).
     """
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "soft_weight": LogUniform(0.03, 0.3), "kl_weight": LogUniform(3.0, 30.0),
+    }
 
     temperature: float = 0.07
     bins: int = 10

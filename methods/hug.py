@@ -110,6 +110,8 @@ weights).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 from dataclasses import dataclass
 
@@ -120,6 +122,7 @@ from torch import nn
 from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.losses import info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
+from cirbench.search import Distribution, LogUniform
 
 _ABLATION_SWITCHES = (
     "probabilistic", "fc_component", "fc_instance", "fc_modality",
@@ -167,6 +170,10 @@ class HUGConfig(MethodConfig):
     the knob (AdamW betas (0.9, 0.999), weight decay 0.01, gradient clipping 1.0; the
     paper's eps 1e-7); ``lr`` None is the backbone's default. ``head_dropout`` is 0, not the
     release's 0.1 (see the module docstring)."""
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "fc_weight": LogUniform(0.2, 1.0), "cord_weight": LogUniform(0.03, 0.3),
+    }
 
     beta2: float = 0.999
     weight_decay: float = 0.01

@@ -37,6 +37,8 @@ the token axis, a shape slip (``odl_token_norm = true`` reproduces it).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 from dataclasses import dataclass
 
@@ -47,6 +49,7 @@ from torch import nn
 from cirbench.backbones.base import max_token_similarity
 from cirbench.losses import robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
+from cirbench.search import Distribution, LogUniform
 
 RELEASE_WARMUP_SHARE = 2 / 20
 """The release's warm-up: 2 of its 20 epochs (``--warm_up 2``)."""
@@ -66,6 +69,10 @@ class INTENTConfig(MethodConfig):
     the tower's normalised input space, to [0, 1]) and ``odl_token_norm`` (L2-normalise the
     target tokens over the token axis before ``L_odl``).
     """
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "odl_weight": LogUniform(0.2, 1.0), "caco_weight": LogUniform(0.3, 3.0),
+    }
 
     temperature: float = 0.07
     odl_weight: float = 0.5

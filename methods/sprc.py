@@ -18,6 +18,8 @@ keeps every method on the same encoder, so the comparison isolates the training 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 from dataclasses import dataclass
 
@@ -28,12 +30,17 @@ from torch import nn
 from cirbench.backbones.base import max_token_similarity
 from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
+from cirbench.search import Distribution, LogUniform
 
 
 @dataclass
 class SPRCConfig(MethodConfig):
     """SPRC's hyperparameters: the release's CIRR weights (its FashionIQ runs use 1 and 1).
     On ``shapes`` the lighter text-only terms let the composed query learn faster."""
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "rtc_weight": LogUniform(0.1, 1.0), "align_weight": LogUniform(0.1, 1.0),
+    }
 
     temperature: float = 0.07
     rtc_weight: float = 0.4

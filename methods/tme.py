@@ -75,7 +75,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -87,6 +87,7 @@ from torch import nn
 from cirbench.backbones.base import max_token_similarity
 from cirbench.losses import per_sample_info_nce, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, frozen_parameters
+from cirbench.search import Distribution, LogUniform
 
 Phase = Literal["qformer", "proj", "last", "train"]
 
@@ -96,6 +97,10 @@ class TMEConfig(MethodConfig):
     """TME's released settings (``train.sh`` / ``precompute_train.py``); the warm-up
     lengths, in epochs, default to the release's shares of the run (see the module
     docstring)."""
+
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "lrd_weight": LogUniform(0.05, 0.8),
+    }
 
     temperature: float = 0.07
     min_temperature: float = 0.01

@@ -38,7 +38,7 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
                            "eval_protocol": "p"} for e in epochs for m, v in metrics.items()])
     tables = {"metrics": frame}
     if queries:
-        tables["ranks"] = pd.DataFrame({"query": range(queries), "group": "all", "rank": 1, "subset_rank": 1,
+        tables["ranks"] = pd.DataFrame({"epoch": max(epochs), "query": range(queries), "group": "all", "rank": 1, "subset_rank": 1,
                                         "ties": 0, "subset_ties": 0})
     if auroc:
         tables["purity"] = pd.DataFrame([{"epoch": e, "noise_type": t, "n_samples": 10, "n_selected": None, "n_selected_clean": None,

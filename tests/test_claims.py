@@ -42,7 +42,8 @@ def _cell(method: str, rate: float, seed: int) -> tuple[dict[str, pd.DataFrame],
     jitter = 0.01 * ((seed + len(method)) % 3 - 1)  # seeds differ a little, and differently per method
     hit = np.zeros(N_QUERIES, dtype=bool)
     hit[rng.permutation(N_QUERIES)[: round((HITS[method][rate] + jitter) * N_QUERIES)]] = True
-    ranks = pd.DataFrame({"query": np.arange(N_QUERIES), "group": "all", "rank": np.where(hit, 0, 30), "subset_rank": -1})
+    ranks = pd.DataFrame({"epoch": 0, "query": np.arange(N_QUERIES), "group": "all", "rank": np.where(hit, 0, 30),
+                          "subset_rank": -1})
     metrics = pd.DataFrame([{"epoch": 0, "split": "val", "group": "all", "metric": "recall@10", "value": hit.mean(),
                              "eval_protocol": "p"}])
     n_noisy = int(rate * N_TRAIN)

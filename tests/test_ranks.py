@@ -13,6 +13,7 @@ import pytest
 from cirbench.engine.evaluate import NO_SUBSET_RANK
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.report.load import load_results
+from cirbench.results.selection import selected_epochs
 from cirbench.results.store import SCHEMAS
 
 
@@ -54,13 +55,18 @@ def test_recall_recomputed_from_stored_ranks_equals_the_stored_metric(mini_resul
     assert checked >= 4 * 7  # four runs, seven recall metrics each; one query is worth 1/160
 
 
-def test_only_the_final_epoch_is_kept_and_subset_ranks_are_filled(mini_results: Path, cache_dir: Path) -> None:
+def test_the_epochs_a_rule_selects_are_kept_and_subset_ranks_are_filled(mini_results: Path, cache_dir: Path) -> None:
     ranks = pd.read_parquet(mini_results / "ranks")
     sprc = ranks[ranks.method == "sprc"]
     from cirbench.data.registry import DATASETS
 
     n_val = len(DATASETS.get("shapes-mini")(cache_dir, None).val)
-    assert len(sprc) == n_val and sorted(sprc["query"]) == list(range(n_val))
+    metrics = pd.read_parquet(mini_results / "metrics")
+    for run_id, own in sprc.groupby("run_id"):
+        chosen = {e for e in selected_epochs(metrics[metrics.run_id == run_id]).values() if e is not None}
+        assert set(own.epoch) == chosen
+        for _, epoch in own.groupby("epoch"):
+            assert len(epoch) == n_val and sorted(epoch["query"]) == list(range(n_val))
     assert (sprc.subset_rank != NO_SUBSET_RANK).all()  # shapes has CIRR-style subsets
     assert np.issubdtype(sprc["rank"].dtype, np.integer)
 

@@ -8,6 +8,7 @@ from typing import Protocol
 from cirbench.backbones.base import Backbone
 from cirbench.backbones.blip2 import Blip2Backbone
 from cirbench.backbones.clip import ClipBackbone
+from cirbench.backbones.tiny import TinyBackbone
 from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.registry import Registry
 
@@ -17,6 +18,8 @@ class BackboneFactory(Protocol):
     pretrained weights (a local directory or a tag), ``cache_dir`` holds derived caches."""
 
     description: str
+    default_lr: float
+    """The fine-tune's learning rate when a method's ``lr`` is None (the backbone class's)."""
     # a factory may also name ``default_weights``: the tag used (and recorded) when --weights is not given
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone: ...
@@ -26,6 +29,7 @@ class TinyFactory:
     """The CPU default."""
 
     default_weights = "cir"
+    default_lr = TinyBackbone.default_lr
 
     description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights cir (default: "
                    "composer pre-trained on disjoint synthetic data), stage1, random or pretrained")
@@ -41,6 +45,7 @@ BACKBONES.add("tiny", TinyFactory())
 class Blip2Factory:
     """BLIP-2 through transformers (pip install 'cirbench[blip2]')."""
 
+    default_lr = Blip2Backbone.default_lr
     description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
@@ -50,6 +55,7 @@ class Blip2Factory:
 class ClipFactory:
     """open_clip towers + a trainable composer (pip install 'cirbench[clip]')."""
 
+    default_lr = ClipBackbone.default_lr
     description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:

@@ -76,9 +76,11 @@ def evaluate(
     texts: TextBatch,
     device: torch.device,
     chunk: int = 512,
+    gallery: dict[str, np.ndarray] | None = None,
 ) -> Evaluation:
     """The recall rows (``.results``: ``{group: {metric: value}}``) and per-query ranks
-    (``.ranks``) of ``split`` ranked against ``dataset.gallery``.
+    (``.ranks``) of ``split`` ranked against ``gallery`` (``dataset.gallery`` unless given:
+    the held-out split is ranked against the training gallery, :mod:`cirbench.data.holdout`).
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images
@@ -97,13 +99,13 @@ def evaluate(
     def image_batch(index: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(tokens[index], dtype=np.float32)).to(device)
 
-    for group, gallery in dataset.gallery.items():
+    for group, images in (dataset.gallery if gallery is None else gallery).items():
         rows = np.flatnonzero(groups == group)
         if len(rows) == 0:
             continue
-        gallery = np.asarray(gallery)
-        targets = _encode_in_chunks(lambda s: method.encode_targets(image_batch(gallery[s])), len(gallery), chunk)
-        column = {int(image): col for col, image in enumerate(gallery)}
+        images = np.asarray(images)
+        targets = _encode_in_chunks(lambda s: method.encode_targets(image_batch(images[s])), len(images), chunk)
+        column = {int(image): col for col, image in enumerate(images)}
         ranks, subset_ranks = [], []
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]

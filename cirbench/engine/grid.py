@@ -21,6 +21,7 @@ from cirbench.backbones.registry import BACKBONES
 from cirbench.checkpoint import save_checkpoint as write_checkpoint
 from cirbench.config import build_config, config_to_dict
 from cirbench.data.base import CIRDataset
+from cirbench.data.holdout import hold_out
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.registry import DATASETS
 from cirbench.engine.cell_failure import confirm_cell, settle_failure
@@ -67,6 +68,8 @@ class GridSpec:
     dataset_options: dict[str, str] = field(default_factory=dict)
     allow_missing: bool = False
     save: bool = False
+    holdout: float = 0.0
+    """The share of the noisy training triplets held out for selection (:mod:`cirbench.data.holdout`)."""
 
 
 @dataclass
@@ -140,6 +143,7 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
             # only when set, so that the ids of runs without them stay as they were
             **({"dataset_options": spec.dataset_options} if spec.dataset_options else {}),
             **({"allow_missing": True} if spec.allow_missing else {}),
+            **({"holdout": spec.holdout} if spec.holdout else {}),
             **({"dataset_key": dataset_key} if dataset_key is not None else {}),
         },
         sort_keys=True,
@@ -210,6 +214,8 @@ class Grid:
         for rate in spec.noise_rates:
             if not 0.0 <= rate < 1.0:
                 raise GridError(f"noise rate {rate} is outside [0, 1)")
+        if not 0.0 <= spec.holdout < 1.0:
+            raise GridError(f"--holdout {spec.holdout:g} is outside [0, 1): give the share of training triplets to hold out, e.g. 0.1")
         if spec.epochs < 1 or spec.batch_size < 2:
             raise GridError("--epochs must be >= 1 and --batch-size >= 2")
         unknown_scopes = set(spec.overrides) - set(spec.methods)
@@ -307,15 +313,20 @@ class Grid:
                 dataset, spec.noise_protocol, key.noise_rate, key.seed,
                 image_features=lambda: np.asarray(tokens, dtype=np.float32).mean(axis=1),
             )
+            holdout = hold_out(noisy, manifest, spec.holdout, key.seed) if spec.holdout else None
+            if holdout is not None:
+                manifest = holdout.manifest  # the whole split's, with which samples were held out
+            trained = holdout.train_manifest if holdout is not None else manifest
             row.update(
                 noise_manifest_hash=manifest.hash, noise_manifest_path=str(manifest.save(spec.output / "manifests")),
-                n_train=len(noisy), n_noisy=int(manifest.is_noisy.sum()),
+                n_train=len(trained.table), n_noisy=int(trained.is_noisy.sum()), holdout=float(spec.holdout),
+                n_holdout=0 if holdout is None else len(holdout.holdout),
             )
             text_only = self.text_only_recall(key, dataset, backbone, tokens)  # before training: the starting backbone
             result = train_cell(
                 cell.method_cls, cell.config, backbone, dataset, noisy, manifest, tokens,
                 spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
-                precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing,
+                precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing, holdout=holdout,
             )
             tables = result.tables
             row["n_nonfinite_queries"] = result.n_nonfinite_queries
@@ -407,7 +418,7 @@ class Grid:
         method = cell.method_cls(backbone, cell.config, None).to(device)
         evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
         metrics = metrics_frame(evaluation.results, 0, "val", dataset.protocol.describe())
-        return evaluation, {"metrics": metrics, "ranks": evaluation.ranks}
+        return evaluation, {"metrics": metrics, "ranks": evaluation.ranks.assign(epoch=0)}
 
     def text_only_recall(self, key: CellKey, dataset: CIRDataset, backbone, tokens) -> float:
         """The ``text_only`` reference row's headline R@10 for ``key``'s seed, which the

@@ -14,6 +14,7 @@ import torch
 
 from cirbench.backbones.base import Backbone, TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.data.holdout import HoldoutSplit
 from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
@@ -21,6 +22,7 @@ from cirbench.engine.features import SamplePixels, pixel_encoder
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
+from cirbench.results.selection import selected_epochs
 from cirbench.results.store import MAIN_SCORE
 
 ProgressFn = Callable[[dict], None]
@@ -29,8 +31,8 @@ ProgressFn = Callable[[dict], None]
 @dataclass
 class TrainResult:
     """A trained cell's tables (``metrics``, ``purity``, ``scores``, ``losses``, ``ranks``:
-    those of the final evaluation), timings, and how many final validation queries had a
-    non-finite score (counted as misses)."""
+    the validation ranks of the epochs a selection rule picks), timings, and how many final
+    validation queries had a non-finite score (counted as misses)."""
 
     tables: dict[str, pd.DataFrame]
     final: dict[str, dict[str, float]]
@@ -131,8 +133,9 @@ def _record_extra_scores(out: StepOutput, index: np.ndarray, extra: dict[str, np
 class EpochRecorder:
     """The bookkeeping of one cell's training: every step's losses and, per epoch, the
     validation metrics and the method's per-sample view (``purity`` and ``scores`` rows of
-    its main noise score and of each extra score); reports progress after each step and
-    each epoch's validation. The tables of :class:`TrainResult` come from here."""
+    its main noise score and of each extra score, and the held-out split's metrics where
+    there is one); reports progress after each step and each epoch's validation. The tables
+    of :class:`TrainResult` come from here."""
 
     def __init__(self, noisy_train: TripletSplit, manifest: NoiseManifest, protocol: str, total_steps: int,
                  progress: ProgressFn, parallel: bool) -> None:
@@ -144,7 +147,8 @@ class EpochRecorder:
         self.purity: list[pd.DataFrame] = []
         self.scores: list[pd.DataFrame] = []
         self.final: dict[str, dict[str, float]] = {}
-        self.final_ranks, self.nonfinite = pd.DataFrame(), 0
+        self.epoch_ranks: dict[int, pd.DataFrame] = {}
+        self.nonfinite = 0
 
     def start_epoch(self, partition: Partition | None) -> None:
         """Begin an epoch from the method's epoch-level ``partition`` (or none: per-step views)."""
@@ -168,16 +172,19 @@ class EpochRecorder:
         self.losses.extend({"epoch": epoch, "step": step, "name": k, "value": float(v)} for k, v in out.components.items())
         self.progress({"epoch": epoch, "step": step, "total_steps": self.total_steps, "loss": float(out.loss.detach())})
 
-    def end_epoch(self, epoch: int, step: int, evaluation: Evaluation) -> None:
-        """The epoch's validation ``evaluation`` and its per-sample views (a view is recorded
-        only where every sample has a value)."""
+    def end_epoch(self, epoch: int, step: int, evaluation: Evaluation, held_out: Evaluation | None = None) -> None:
+        """The epoch's validation ``evaluation``, its ``held_out`` one (if any) and its
+        per-sample views (a view is recorded only where every sample has a value)."""
         results = evaluation.results
         if self.parallel:
             distributed.check_same_on_all_ranks(self.score, "per-sample noise scores")
             for name in sorted(self.extra):
                 distributed.check_same_on_all_ranks(self.extra[name], f"per-sample {name} scores")
-        self.final, self.final_ranks, self.nonfinite = results, evaluation.ranks, evaluation.n_nonfinite_queries
+        self.final, self.nonfinite = results, evaluation.n_nonfinite_queries
+        self.epoch_ranks[epoch] = evaluation.ranks
         self.metrics.append(metrics_frame(results, epoch, "val", self.protocol))
+        if held_out is not None:
+            self.metrics.append(metrics_frame(held_out.results, epoch, "holdout", self.protocol))
         has_partition = self.selected is not None and self.seen_selected.all()
         has_scores = bool(np.isfinite(self.score).all())
         views = []  # (score name, partition, score) recorded for this epoch
@@ -191,12 +198,16 @@ class EpochRecorder:
         self.progress({"epoch": epoch, "step": step, "total_steps": self.total_steps, "recall": results})
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        """The ``losses``, ``metrics``, ``purity``, ``scores`` and final ``ranks`` tables."""
+        """The ``losses``, ``metrics``, ``purity`` and ``scores`` tables, and the ``ranks`` of
+        the epochs a selection rule picks (:mod:`cirbench.results.selection`), each once."""
         def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
             return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-        return {"losses": pd.DataFrame(self.losses), "metrics": concat(self.metrics), "purity": concat(self.purity),
-                "scores": concat(self.scores), "ranks": self.final_ranks}
+        metrics = concat(self.metrics)
+        kept = sorted({e for e in selected_epochs(metrics).values() if e is not None}) if len(metrics) else []
+        ranks = concat([self.epoch_ranks[e].assign(epoch=e) for e in kept])
+        return {"losses": pd.DataFrame(self.losses), "metrics": metrics, "purity": concat(self.purity),
+                "scores": concat(self.scores), "ranks": ranks}
 
 
 def _prepare_backbone(backbone: Backbone, device: torch.device, precision: str, gradient_checkpointing: bool,
@@ -248,17 +259,22 @@ def train_cell(
     progress: ProgressFn = lambda info: None,
     precision: str = "fp32",
     gradient_checkpointing: bool = False,
+    holdout: HoldoutSplit | None = None,
 ) -> TrainResult:
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
     manifest's flags are used here for purity and handed to the method only if it is an
-    oracle. Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this
+    oracle. With ``holdout`` (made from ``noisy_train`` and ``manifest``), the method trains
+    on its ``train`` part and its held-out queries are evaluated after every epoch too. Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this
     with the same arguments; the backbone's passes are sharded across ranks and the result is
     that of one process with the same global batch.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
+    if holdout is not None:
+        noisy_train, manifest = holdout.train, holdout.train_manifest
+        holdout_texts = backbone.tokenize(holdout.holdout.texts)
     n = len(noisy_train)
     parallel = _prepare_backbone(backbone, device, precision, gradient_checkpointing,
                                  np.concatenate(epoch_batches(n, batch_size, seed, 0)))
@@ -287,6 +303,8 @@ def train_cell(
             model_seconds += time.perf_counter() - tick
             record.record_step(epoch, step, index, out)
             step += 1
-        record.end_epoch(epoch, step, evaluate(method, dataset, dataset.val, tokens, val_texts, device))
+        held_out = None if holdout is None else evaluate(
+            method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery)
+        record.end_epoch(epoch, step, evaluate(method, dataset, dataset.val, tokens, val_texts, device), held_out)
     return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
                        record.nonfinite)

@@ -17,6 +17,8 @@ from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
+from cirbench.report.selection import selection_table
+from cirbench.report.tuned import tuned_table
 from cirbench.report.tables import TableModel, ablation_table, gain_table, purity_table, recall_table
 
 
@@ -84,7 +86,8 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
     sections = []
     for setting in data.settings:
         candidates = (recall_table(setting), ablation_table(setting), reference_table(setting), gain_table(setting),
-                      purity_table(setting), reproduction_table(setting, published))
+                      purity_table(setting), selection_table(setting), tuned_table(setting),
+                      reproduction_table(setting, published))
         tables = [t for t in candidates if t is not None]
         figures = all_figures(setting, output / setting.slug)
         sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting)))

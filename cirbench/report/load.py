@@ -4,6 +4,7 @@ record: :mod:`cirbench.results.verify`), listed rather than fatal."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,8 @@ SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
+TRIAL_LABEL = re.compile(r"(?P<method>[^:]+):trial(?P<trial>\d+)")
+"""A sweep row's label (``cirbench.engine.sweep``, named here so that reading results imports no torch)."""
 TEXT_ONLY_ROW = "text_only"
 """The reference row the collapse guard compares with (``cirbench.engine.reference.TextOnly``,
 named here so that reading results imports no torch)."""
@@ -40,7 +43,8 @@ class Setting:
     ``references`` holds the final metrics rows of the setting's reference rows
     (:mod:`cirbench.engine.reference`), which are drawn as lines and never ranked.
     ``ranks`` holds each run's final per-query ranks (empty for results written before
-    the ``ranks`` table existed).
+    the ``ranks`` table existed), ``epoch_ranks`` those of every epoch a selection rule
+    picked (:mod:`cirbench.results.selection`) that the run stored.
 
     ``purity`` and ``scores`` are those of each method's main noise score (``score_name``
     ``noise_score``); ``extra_purity`` and ``extra_scores`` hold the rows of the further
@@ -58,6 +62,7 @@ class Setting:
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
     references: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    epoch_ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     extra_purity: pd.DataFrame = field(default_factory=pd.DataFrame)
     extra_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -70,17 +75,23 @@ class Setting:
     @property
     def methods(self) -> list[str]:
         """The compared method labels in a stable order: ``sprc`` first, oracles last, others
-        by name. Ablation rows (:attr:`variants`) are not among them."""
-        oracles, variants = self.oracles, set(self.variants)
-        return sorted(set(self.runs.method) - variants, key=lambda m: (m in oracles, m != "sprc", m))
+        by name. Ablation rows (:attr:`variants`) and sweep trials (:attr:`trials`) are not
+        among them."""
+        oracles, other = self.oracles, set(self.variants) | set(self.trials)
+        return sorted(set(self.runs.method) - other, key=lambda m: (m in oracles, m != "sprc", m))
 
     @property
     def variants(self) -> list[str]:
         """Ablation rows: labels ``name:variant`` whose full method ``name`` is in the setting
         too. The report shows them beside that method in their own table (and the claims
         read them), never ranked against or drawn with the compared methods."""
-        labels = set(self.runs.method)
+        labels = set(self.runs.method) - set(self.trials)
         return sorted(m for m in labels if ":" in m and m.split(":", 1)[0] in labels)
+
+    @property
+    def trials(self) -> list[str]:
+        """Sweep rows (``name:trial<k>``, ``cirbench sweep``): shown in the tuned table only."""
+        return sorted(m for m in set(self.runs.method) if TRIAL_LABEL.fullmatch(m))
 
     @property
     def oracles(self) -> set[str]:
@@ -225,11 +236,14 @@ def load_results(root: Path | str) -> ReportData:
     references = reference_runs[reference_runs.status == "completed"].sort_values("finished")
     references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
     tables = {name: store.read(name, [*kept.run_id, *references.run_id]) for name in DATA_TABLES}
+    tables["ranks"] = _epoch_filled(tables["ranks"], tables["metrics"])
     kept = _judge_unflagged(kept, references, tables)
     settings = []
     for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
         ids = set(setting_runs.run_id)
         parts = {name: frame[frame.run_id.isin(ids)].reset_index(drop=True) for name, frame in tables.items()}
+        parts["epoch_ranks"] = parts["ranks"]
+        parts["ranks"] = final_epoch(parts["ranks"]).reset_index(drop=True)
         scores = parts["scores"]
         if len(scores):
             last = scores.groupby("run_id")["epoch"].transform("max")
@@ -245,6 +259,17 @@ def load_results(root: Path | str) -> ReportData:
         settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
                                 references=reference_metrics, **parts))
     return ReportData(root, settings, problems)
+
+
+def _epoch_filled(ranks: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """``ranks`` with the ``epoch`` of parts written before it was recorded (null) set to
+    their run's last validation epoch, the only one such parts hold."""
+    if ranks.empty or not ranks.epoch.isna().any():
+        return ranks
+    last = metrics[metrics.split == "val"].groupby("run_id")["epoch"].max()
+    ranks = ranks.copy()
+    ranks["epoch"] = ranks.epoch.fillna(ranks.run_id.map(last)).fillna(0).astype("int64")
+    return ranks
 
 
 def _judge_unflagged(runs: pd.DataFrame, references: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

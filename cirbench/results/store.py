@@ -56,7 +56,9 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("noise_manifest_path", pa.string()),
         ("eval_protocol", pa.string()),
         ("n_train", pa.int64()),
-        ("n_noisy", pa.int64()),
+        ("n_noisy", pa.int64()),  # of the samples trained on (a held-out share excluded)
+        ("holdout", pa.float64()),  # the share of the noisy training split held out (cirbench.data.holdout)
+        ("n_holdout", pa.int64()),
         ("epochs", pa.int64()),
         ("started", pa.string()),
         ("finished", pa.string()),
@@ -109,7 +111,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("name", pa.string()),
         ("value", pa.float64()),
     ],
-    "ranks": [  # the final evaluation's rank of every validation query (cirbench.engine.evaluate)
+    "ranks": [  # every validation query's rank (cirbench.engine.evaluate) at each epoch a selection rule picks
+        ("epoch", pa.int64()),  # null in parts written before it was recorded: those hold the final epoch
         ("query", pa.int64()),
         ("group", pa.string()),
         ("rank", pa.int64()),
@@ -124,7 +127,7 @@ MAIN_SCORE = "noise_score"
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
                                 "collapsed": False, "collapse_reason": "",
-                                "start_key": ""}
+                                "start_key": "", "holdout": 0.0, "n_holdout": 0}
 """Values of columns a writer may leave out."""
 _READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in ("collapsed", "collapse_reason")}
 """What parts written before a column existed read as. The collapse flag has none: a run

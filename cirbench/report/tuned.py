@@ -1,0 +1,84 @@
+"""The report's "Tuned" table: a sweep's selection (``cirbench sweep``, ``docs/selection.md``).
+
+Per method, noise rate and seed, the trial whose held-out headline is best (each trial at
+its own ``holdout``-selected epoch; ties to the lower trial) is the tuned run; its
+validation headline at that epoch is reported beside trial 0's (the defaults, selected the
+same way), with the hyperparameters the selected trials changed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from cirbench.report.load import TRIAL_LABEL, Setting
+from cirbench.report.tables import Cell, TableModel, _format, rate_label
+from cirbench.results.selection import headline_by_epoch
+
+
+def trial_selection(setting: Setting) -> pd.DataFrame:
+    """One row per (method, noise rate, seed) of a sweep: the selected ``trial``, its
+    ``holdout`` headline and epoch, its validation headline there (``tuned``), trial 0's
+    (``default``) and the selected trial's ``changed`` hyperparameters (text)."""
+    runs = setting.runs[setting.runs.method.isin(setting.trials)].copy()
+    if runs.empty:
+        return pd.DataFrame(columns=["method", "noise_rate", "seed", "trial", "holdout", "epoch", "tuned", "default", "changed"])
+    parsed = runs.method.str.extract(TRIAL_LABEL)
+    runs["base"], runs["trial"] = parsed["method"], parsed["trial"].astype(int)
+    by_run = dict(tuple(setting.metrics.groupby("run_id")))
+    scored = []
+    for run in runs.itertuples(index=False):
+        own = by_run.get(run.run_id, setting.metrics.iloc[:0])
+        held = headline_by_epoch(own, "holdout").dropna()
+        epoch = int(held.idxmax()) if len(held) else None
+        val = headline_by_epoch(own, "val")
+        scored.append({"base": run.base, "noise_rate": run.noise_rate, "seed": run.seed, "trial": run.trial,
+                       "config": run.config, "holdout": float(held.max()) if epoch is not None else math.nan,
+                       "epoch": epoch, "val": float(val.get(epoch, math.nan)) if epoch is not None else math.nan})
+    frame = pd.DataFrame(scored)
+    rows = []
+    for (base, rate, seed), group in frame.groupby(["base", "noise_rate", "seed"]):
+        ranked = group.dropna(subset=["holdout"]).sort_values(["holdout", "trial"], ascending=[False, True])
+        default = group[group.trial == 0]
+        if ranked.empty:
+            continue
+        best = ranked.iloc[0]
+        rows.append({"method": base, "noise_rate": rate, "seed": seed, "trial": int(best.trial), "holdout": best.holdout,
+                     "epoch": best.epoch, "tuned": best.val,
+                     "default": float(default.val.iloc[0]) if len(default) else math.nan,
+                     "changed": _changed(best.config, default.config.iloc[0] if len(default) else None)})
+    return pd.DataFrame(rows)
+
+
+def _changed(config: str, default: str | None) -> str:
+    """The entries of ``config`` (JSON) that differ from ``default``'s: ``lr=0.00021, omega=0.41``."""
+    if default is None:
+        return "?"
+    mine, base = json.loads(config), json.loads(default)
+    diff = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(mine.items()) if base.get(k) != v]
+    return ", ".join(diff) or "defaults"
+
+
+def tuned_table(setting: Setting) -> TableModel | None:
+    """Trial 0 (the defaults) and the tuned trial per method and rate (validation headline at
+    the holdout-selected epoch, mean ± std over seeds), the gain, and each seed's pick."""
+    selected = trial_selection(setting)
+    if selected.empty:
+        return None
+    rows = []
+    for rate, block in selected.groupby("noise_rate"):
+        for i, (method, group) in enumerate(block.groupby("method")):
+            n = len(group)
+            gain = float((group.tuned - group.default).mean())
+            picks = "; ".join(f"s{int(r.seed)}: trial {r.trial} ({r.changed})" for r in group.itertuples(index=False))
+            cells = [Cell(_format(float(group.default.mean()), float(group.default.std(ddof=1)), n)),
+                     Cell(_format(float(group.tuned.mean()), float(group.tuned.std(ddof=1)), n)),
+                     Cell(f"{gain:+.2f}" if math.isfinite(gain) else "-"), Cell(picks)]
+            rows.append((rate_label(float(rate)) if i == 0 else "", method, cells))
+    trials = selected.groupby("method").size()
+    budget = sorted({len([t for t in setting.trials if t.startswith(f"{m}:")]) for m in trials.index})
+    note = (f"A sweep of {'/'.join(str(b) for b in budget)} trial(s) per method (trial 0 = the defaults; `cirbench sweep`). "
+            "Each trial is read at its holdout-selected epoch; per method, rate and seed the trial with the best held-out "
+            "headline is kept. Validation headline (%), mean ± std over seeds; the picks name what each changed.")
+    return TableModel("Tuned (equal budget, holdout selection)", ["defaults (trial 0)", "tuned", "gain", "selected"], rows, note)

@@ -1,0 +1,95 @@
+"""An equal tuning budget: each method's search space, the trials drawn from it (trial 0 the
+defaults), ``cirbench sweep`` running them as resumable cells, and the report's tuned table
+selecting on the held-out split."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cirbench.backbones.registry import BACKBONES
+from cirbench.cli import app
+from cirbench.config import build_config
+from cirbench.engine.sweep import SweepError, sweep_rows, trial_label
+from cirbench.plugins import discover_methods
+from cirbench.report.load import TRIAL_LABEL, load_results
+from cirbench.report.tuned import trial_selection, tuned_table
+from cirbench.results.store import ResultsStore
+from cirbench.search import LR_SPACE, trial_values
+
+runner = CliRunner()
+BUILTINS = ["sprc", "tme", "conesep", "hug", "habit", "intent", "oracle"]
+
+
+def test_every_method_declares_a_space_of_its_own_fields_and_every_draw_is_a_valid_config() -> None:
+    discovery = discover_methods([])
+    for name in BUILTINS:
+        config_cls = discovery.methods.get(name).Config
+        names = {f.name for f in fields(config_cls)}
+        assert config_cls.search_space["lr"] == LR_SPACE and set(config_cls.search_space) <= names, name
+        labels, overrides = sweep_rows([name], 6, discovery, "tiny")
+        assert labels == [trial_label(name, t) for t in range(6)] and all(TRIAL_LABEL.fullmatch(x) for x in labels)
+        assert trial_label(name, 0) not in overrides  # trial 0 is the defaults
+        for label, values in overrides.items():
+            config = build_config(config_cls, values, label)  # raises on an invalid draw
+            default_lr = BACKBONES.get("tiny").default_lr
+            assert default_lr / 3 <= config.lr <= default_lr * 3
+
+
+def test_a_trial_is_the_same_whichever_other_methods_and_trials_run() -> None:
+    discovery = discover_methods([])
+    alone = sweep_rows(["conesep"], 3, discovery, "tiny")[1]
+    together = sweep_rows(["sprc", "conesep"], 5, discovery, "tiny")[1]
+    assert all(together[label] == values for label, values in alone.items())
+    assert together["sprc:trial1"]["lr"] != together["conesep:trial1"]["lr"]
+    config_cls = discovery.methods.get("tme").Config
+    assert trial_values("tme", config_cls, 0, {"lr": 1e-5}) == {}
+    with pytest.raises(SweepError, match="variants"):
+        sweep_rows(["conesep:no_ot"], 2, discovery, "tiny")
+    with pytest.raises(SweepError, match="at least one"):
+        sweep_rows(["sprc"], 0, discovery, "tiny")
+
+
+def _sweep(output: Path, cache_dir: Path, *extra: str):
+    return runner.invoke(app, ["sweep", "--methods", "sprc", "--noise", "0.5", "--trials", "2", "--dataset", "shapes-mini",
+                               "--epochs", "2", "--batch-size", "64", "--output", str(output), "--cache-dir", str(cache_dir),
+                               *extra])
+
+
+def test_cli_sweep_runs_resumably_and_the_report_selects_on_the_holdout(cache_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "results"
+    first = _sweep(output, cache_dir)
+    assert first.exit_code == 0, first.output
+    runs = ResultsStore(output).read("runs")
+    trials = runs[runs.method.str.contains(":trial")].set_index("method")
+    assert sorted(trials.index) == ["sprc:trial0", "sprc:trial1"] and (trials.holdout == 0.1).all()
+    assert json.loads(trials.loc["sprc:trial0", "config"])["lr"] is None
+    assert json.loads(trials.loc["sprc:trial1", "config"])["lr"] is not None
+    again = _sweep(output, cache_dir)
+    assert again.exit_code == 0 and "skipped" in again.output
+    assert len(ResultsStore(output).read("runs")) == len(runs)
+
+    (setting,) = load_results(output).settings
+    assert setting.methods == [] and setting.variants == [] and setting.trials == ["sprc:trial0", "sprc:trial1"]
+    (pick,) = trial_selection(setting).itertuples(index=False)
+    best = max(((t, h) for t, h in _holdout_best(setting).items()), key=lambda item: (item[1], -item[0]))
+    assert pick.trial == best[0] and pick.holdout == pytest.approx(best[1])
+    (row,) = tuned_table(setting).rows
+    assert row[1] == "sprc" and f"trial {pick.trial}" in row[2][-1].text
+
+    refused = _sweep(tmp_path / "other", cache_dir, "--holdout", "0")
+    assert refused.exit_code != 0 and "held-out" in refused.output
+
+
+def _holdout_best(setting) -> dict[int, float]:
+    """Each trial's best held-out headline, read straight from the metrics (R@10 on shapes-mini)."""
+    out = {}
+    for run in setting.runs.itertuples(index=False):
+        own = setting.metrics[(setting.metrics.run_id == run.run_id) & (setting.metrics.split == "holdout")]
+        r10 = own[(own.group == "all") & (own.metric == "recall@10")].value
+        out[int(TRIAL_LABEL.fullmatch(run.method)["trial"])] = 100.0 * float(r10.max())
+    return out
