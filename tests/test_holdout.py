@@ -14,7 +14,7 @@ from cirbench.data.noise import inject_noise
 from cirbench.engine.grid import Grid, GridError, GridSpec
 from cirbench.method import Method
 from cirbench.report.load import load_results
-from cirbench.report.selection import selection_table, selection_values
+from cirbench.report.selection import selection_table
 from cirbench.results.selection import RULES, headline_by_epoch, selected_epoch, selected_epochs
 from cirbench.results.store import ResultsStore
 from synthetic import toy_dataset
@@ -94,13 +94,50 @@ def test_a_cell_with_a_holdout_never_trains_on_it_and_records_it(cache_dir: Path
     assert sorted(held.epoch.unique()) == [0, 1] and held[held.metric == "recall@10"].value.between(0, 1).all()
     epochs = selected_epochs(metrics)
     assert sorted(store.read("ranks").epoch.unique()) == sorted({e for e in epochs.values() if e is not None})
-    assert Grid(GridSpec(**base, output=tmp_path / "r")).cells[0].key.run_id != run.run_id
+    plain = Grid(GridSpec(**base, output=tmp_path / "r"))
+    assert plain.cells[0].key.run_id != run.run_id
+    assert [c.key.run_id for c in plain.reference_cells()] == [c.key.run_id for c in grid.reference_cells()]  # untrained
 
     setting = load_results(tmp_path / "r").settings[0]
-    values = selection_values(setting).loc[run.run_id]
+    values = setting.selection.loc[run.run_id]
     val = headline_by_epoch(metrics, "val")
     assert [values[rule] for rule in RULES] == pytest.approx([val[epochs[rule]] for rule in RULES])
     row = next(cells for _, label, cells in selection_table(setting).rows if label.startswith("sprc"))
     assert [c.text for c in row][-2:] == [f"{values.val_peek - values.holdout:+.2f}", f"{values.val_peek - values.final:+.2f}"]
     with pytest.raises(GridError, match="--holdout"):
         Grid(GridSpec(**base, output=tmp_path / "r", holdout=1.5))
+
+
+def _two_epoch_cell(val: tuple[float, float], holdout: tuple[float, float], seed: int, n: int = 300) -> dict[str, pd.DataFrame]:
+    """Metrics (validation and held-out R@10) and validation ranks at two epochs."""
+    rng = np.random.default_rng(seed)
+    metrics, ranks = [], []
+    for epoch in (0, 1):
+        hit = np.zeros(n, dtype=bool)
+        hit[rng.permutation(n)[: round((val[epoch] + 0.01 * (seed - 1)) * n)]] = True
+        ranks.append(pd.DataFrame({"epoch": epoch, "query": np.arange(n), "group": "all", "rank": np.where(hit, 0, 30),
+                                   "subset_rank": -1}))
+        for split, value in (("val", hit.mean()), ("holdout", holdout[epoch])):
+            metrics.append({"epoch": epoch, "split": split, "group": "all", "metric": "recall@10", "value": value,
+                            "eval_protocol": "p"})
+    return {"metrics": pd.DataFrame(metrics), "ranks": pd.concat(ranks, ignore_index=True)}
+
+
+def test_the_claims_read_the_holdout_epoch_and_name_a_rule_that_changes_the_verdict(tmp_path: Path) -> None:
+    from test_claims import _run_row
+
+    from cirbench.report.claims import claims_selection, paper_claims
+    from cirbench.results.store import CellKey
+
+    store = ResultsStore(tmp_path)
+    cells = {"hug": ((0.7, 0.3), (0.6, 0.2)), "sprc": ((0.5, 0.5), (0.4, 0.5))}  # hug peaks early, on both splits
+    for method, (val, held) in cells.items():
+        for seed in (0, 1, 2):
+            key = CellKey(f"{method}-{seed}", method, "toy", "tiny", "thirds", 0.0, seed)
+            store.write_run(key, _run_row(0) | {"epochs": 2, "holdout": 0.1, "n_holdout": 30}, _two_epoch_cell(val, held, seed))
+    (setting,) = load_results(tmp_path).settings
+    claim = next(c for c in paper_claims(setting, n_resamples=200) if c.text.startswith("hug beats point matching"))
+    assert claim.verdict == "holds" and claim.other_rules == {"final": "does not hold"}
+    assert "final: does not hold" in claim.verdict_text
+    sentence = claims_selection(setting)
+    assert "`holdout` selection rule" in sentence and "no held-out split" not in sentence and "Not compared" not in sentence

@@ -7,7 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -379,7 +379,7 @@ class Grid:
     def reference_cells(self) -> list[Cell]:
         """The reference rows of this grid (:mod:`cirbench.engine.reference`): one per row and
         seed, noise rate NaN, independent of the methods and noise rates."""
-        spec, cells = self.spec, []
+        spec, cells = replace(self.spec, holdout=0.0), []  # untrained: a held-out share changes nothing
         for name, cls in REFERENCE_ROWS.items():
             for seed in spec.seeds:
                 config = MethodConfig()

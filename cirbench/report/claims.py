@@ -30,7 +30,9 @@ from cirbench.report.significance import (
     INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Term, cell_runs, combine_verdicts, difference, kept_set_test,
     paired_comparison,
 )
+from cirbench.report.selection import describe_rule, rule_view
 from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
+from cirbench.results.selection import DEFAULT_RULE, RULES
 from cirbench.results.store import MAIN_SCORE
 
 ROBUST = ("tme", "conesep")
@@ -75,6 +77,9 @@ class Claim:
     text: str
     source: str
     checks: list[Check] = field(default_factory=list)
+    other_rules: dict[str, str] = field(default_factory=dict)
+    """The verdict under each other selection rule that gives a different one
+    (:mod:`cirbench.results.selection`), e.g. ``{"val_peek": "holds"}``."""
 
     @property
     def verdict(self) -> str:
@@ -88,8 +93,11 @@ class Claim:
 
     @property
     def verdict_text(self) -> str:
-        """The verdict as the report prints it: with the collapsed cells named, if any."""
-        return f"{self.verdict} (collapsed: {', '.join(self.collapsed)})" if self.collapsed else self.verdict
+        """The verdict as the report prints it: with the collapsed cells named, and the
+        verdicts other selection rules give where they differ, if any."""
+        notes = [f"collapsed: {', '.join(self.collapsed)}"] if self.collapsed else []
+        notes += [f"{rule}: {verdict}" for rule, verdict in self.other_rules.items()]
+        return f"{self.verdict} ({'; '.join(notes)})" if notes else self.verdict
 
 
 def _collapsed_cells(runs: pd.DataFrame, terms: Sequence[Term]) -> tuple[str, ...]:
@@ -302,8 +310,38 @@ def _kept_sets_beat_chance(ev: _Evidence) -> Claim:
     return claim
 
 
-def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Claim]:
-    """Every claim checked on ``setting`` (bootstraps with ``n_resamples`` resamples, seeded)."""
+def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Claim]:
+    """Every claim checked on ``setting`` as selection ``rule`` reads it (bootstraps with
+    ``n_resamples`` resamples, seeded), each with the verdicts the other rules give where
+    they differ (a rule whose epochs lack stored ranks is left out: it would differ only by
+    having less evidence)."""
+    main = rule_view(setting, rule)
+    claims = claims_on(main.setting, n_resamples, seed)
+    for other in RULES:
+        if other == rule:
+            continue
+        view = rule_view(setting, other)
+        if not view.usable or view.epochs.equals(main.epochs):
+            continue
+        for claim, alternative in zip(claims, claims_on(view.setting, n_resamples, seed)):
+            if alternative.verdict != claim.verdict:
+                claim.other_rules[other] = alternative.verdict
+    return claims
+
+
+def claims_selection(setting: Setting, rule: str = DEFAULT_RULE) -> str:
+    """The sentence that says which selection rule the verdicts use and which rules they
+    were compared with."""
+    text = describe_rule(rule_view(setting, rule))
+    skipped = [other for other in RULES if other != rule and not rule_view(setting, other).usable]
+    if skipped:
+        text += (f" Not compared under {', '.join(skipped)}: some runs' per-query ranks were not stored at the epochs it "
+                 "selects (runs written before the ranks of every selected epoch were kept).")
+    return text
+
+
+def claims_on(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Claim]:
+    """Every claim checked on ``setting`` as given (its last epoch of each run)."""
     ev = _Evidence(setting, n_resamples, seed)
     return [
         _robust_beat_sprc(ev),
@@ -329,10 +367,11 @@ def claims_metric(setting: Setting) -> str | None:
 CLAIMS_TITLE = "Do the papers' claims hold here?"
 
 
-def claims_intro(metric: str | None) -> str:
-    """The line above the claims table: what is compared and how the numbers read."""
+def claims_intro(metric: str | None, selection: str = "") -> str:
+    """The line above the claims table: what is compared, at which epochs, and how the numbers read."""
     recall = f"recall is {metric} (the tables' headline column)" if metric else "no recall in these results"
-    return (f"Each claim checked on these results; {recall}, purity and AUROC as fractions. Numbers: the mean "
+    return (f"Each claim checked on these results; {recall}, purity and AUROC as fractions (purity and AUROC at "
+            "each run's last epoch). " + (f"{selection} " if selection else "") + "Numbers: the mean "
             "difference over seeds; its 95% t interval over seeds; its 95% paired bootstrap interval.")
 
 

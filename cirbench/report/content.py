@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 import cirbench
-from cirbench.report.claims import Claim, claims_metric, paper_claims
+from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
 from cirbench.report.load import ReportData, Setting
@@ -32,6 +32,7 @@ class Section:
     figures: list[FigureFile] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     claims_metric: str | None = None
+    claims_selection: str = ""
 
 
 @dataclass
@@ -90,7 +91,8 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       reproduction_table(setting, published))
         tables = [t for t in candidates if t is not None]
         figures = all_figures(setting, output / setting.slug)
-        sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting)))
+        sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting),
+                                claims_selection(setting)))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

@@ -98,7 +98,8 @@ def render_html(content: ReportContent) -> str:
             items = "".join(f"<li>{html.escape(g)}</li>" for g in section.glance)
             out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
         if section.claims:
-            out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(claims_intro(section.claims_metric))}</p>',
+            intro = claims_intro(section.claims_metric, section.claims_selection)
+            out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(intro)}</p>',
                     f"<p><strong>{html.escape(verdict_summary(section.claims))}</strong></p>",
                     claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
         out += [f"<h3>{html.escape(COLLAPSED_TITLE)}</h3>", collapsed_html(section.setting)]

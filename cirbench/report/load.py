@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from cirbench.engine.collapse import collapse_reason, final_recall
+from cirbench.results.selection import selection_values
 from cirbench.results.store import MAIN_SCORE, ResultsStore
 from cirbench.results.verify import check_folder
 
@@ -98,6 +100,12 @@ class Setting:
         """Labels of methods that saw the ground-truth flags (perfect filters, not competitors)."""
         return set(self.runs.loc[self.runs.is_oracle.eq(True), "method"])
 
+    @cached_property
+    def selection(self) -> pd.DataFrame:
+        """Each run's epoch and validation headline under every selection rule
+        (:func:`cirbench.results.selection.selection_values`), computed once."""
+        return selection_values(self.metrics)
+
     def named_scores(self, name: str) -> pd.DataFrame:
         """The final-epoch ``scores`` rows of the per-sample score ``name`` (main or extra)."""
         frame = self.scores if name == MAIN_SCORE else self.extra_scores
@@ -179,11 +187,13 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     for setting, group in runs.groupby(SETTING_COLUMNS):
         all_rates, seeds = sorted(group.noise_rate.unique()), sorted(group.seed.unique())
         own_rates_only = set(group.method[group.is_oracle.fillna(False).astype(bool) | group.method.str.contains(":")])
-        expected = [
+        trials = group[group.method.str.fullmatch(TRIAL_LABEL.pattern)]
+        sweep_seeds = trials.groupby(trials.method.str.extract(TRIAL_LABEL)["method"]).seed.unique()
+        expected = [  # a sweep's trials at the seeds its method's trials were run at (a sweep may run fewer)
             (method, rate, seed)
             for method, rows in group.groupby("method")
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
-            for seed in seeds
+            for seed in (sorted(sweep_seeds[TRIAL_LABEL.fullmatch(method)["method"]]) if TRIAL_LABEL.fullmatch(method) else seeds)
         ]
         for method, rate, seed in expected:
             cell = (*setting, method, rate, seed)

@@ -56,7 +56,7 @@ def render_markdown(content: ReportContent, output: Path) -> str:
         if section.glance:
             parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
         if section.claims:
-            parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric), "",
+            parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric, section.claims_selection), "",
                       f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
         parts += [f"### {COLLAPSED_TITLE}", "", collapsed_markdown(section.setting), ""]
         for table in section.tables:

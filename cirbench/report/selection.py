@@ -5,6 +5,7 @@ queries buys, ``val_peek - holdout`` (and ``val_peek - final``, which every run 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -12,24 +13,9 @@ from cirbench.report.load import Setting
 from cirbench.report.tables import (
     Cell, TableModel, _format, collapse_note, rate_label, seed_stats, validation_metrics,
 )
-from cirbench.results.selection import RULES, headline_by_epoch, selected_epochs
+from cirbench.results.selection import RULES
 
 RULE_LABELS: dict[str, str] = {"final": "final", "holdout": "holdout", "val_peek": "val_peek (optimistic)"}
-
-
-def selection_values(setting: Setting) -> pd.DataFrame:
-    """Per run (index ``run_id``): each rule's selected epoch (``<rule>_epoch``, NaN where
-    the rule has nothing to read) and the validation headline there (``<rule>``, percent)."""
-    rows = []
-    for run_id, own in setting.metrics.groupby("run_id"):
-        val = headline_by_epoch(own, "val")
-        row: dict[str, object] = {"run_id": run_id}
-        for rule, epoch in selected_epochs(own).items():
-            row[f"{rule}_epoch"] = math.nan if epoch is None else epoch
-            row[rule] = float(val.get(epoch, math.nan)) if epoch is not None else math.nan
-        rows.append(row)
-    columns = ["run_id", *(f"{r}_epoch" for r in RULES), *RULES]
-    return pd.DataFrame(rows, columns=columns).set_index("run_id")
 
 
 def selection_table(setting: Setting) -> TableModel | None:
@@ -37,7 +23,7 @@ def selection_table(setting: Setting) -> TableModel | None:
     std over seeds) and the mean inflations; None without validation metrics."""
     if validation_metrics(setting).empty:
         return None
-    values = selection_values(setting)
+    values = setting.selection
     keyed = setting.runs.set_index("run_id")[["noise_rate", "method"]].join(values, how="inner")
     keyed["peek_vs_holdout"] = keyed["val_peek"] - keyed["holdout"]
     keyed["peek_vs_final"] = keyed["val_peek"] - keyed["final"]
@@ -70,3 +56,53 @@ def selection_table(setting: Setting) -> TableModel | None:
     )
     columns = [*(RULE_LABELS[r] for r in RULES), "val_peek - holdout", "val_peek - final"]
     return TableModel("Model selection", columns, rows, note)
+
+
+@dataclass
+class RuleView:
+    """``setting`` as ``rule`` reports it: every run's validation metrics and ranks at the
+    epoch the rule selects (its last epoch where the rule has nothing to read: ``fallback``
+    runs), ``epochs`` per run, and ``missing_ranks``: runs with stored ranks, but none at the
+    selected epoch (written before ranks were kept at every selected epoch)."""
+
+    rule: str
+    setting: Setting
+    epochs: pd.Series
+    fallback: int
+    missing_ranks: int
+
+    @property
+    def usable(self) -> bool:
+        """Whether the view's query bootstrap has what the final epoch's has."""
+        return self.missing_ranks == 0
+
+
+def rule_view(setting: Setting, rule: str) -> RuleView:
+    """The :class:`RuleView` of ``setting`` under ``rule`` (``final`` is the setting as loaded)."""
+    values = setting.selection
+    chosen = values[f"{rule}_epoch"]
+    fallback = chosen.isna() & values["final_epoch"].notna()
+    epochs = chosen.fillna(values["final_epoch"])
+    if rule == "final":
+        return RuleView(rule, setting, epochs, 0, 0)
+    metrics = setting.metrics
+    at = metrics.run_id.map(epochs)
+    metrics = metrics[(metrics.split != "val") | at.isna() | (metrics.epoch == at)]
+    stored = setting.epoch_ranks
+    if len(stored):
+        ranks = stored[stored.epoch == stored.run_id.map(epochs)]
+        missing = len(set(stored.run_id) - set(ranks.run_id))
+    else:
+        ranks, missing = stored, 0
+    view = replace(setting, metrics=metrics.reset_index(drop=True), ranks=ranks.reset_index(drop=True))
+    return RuleView(rule, view, epochs, int(fallback.sum()), missing)
+
+
+def describe_rule(view: RuleView) -> str:
+    """The sentence that says which rule a section's verdicts use."""
+    text = f"Verdicts use the `{view.rule}` selection rule"
+    if view.rule == "holdout":
+        text += " (each run at its best held-out epoch"
+        text += (f"; {view.fallback} of {len(view.epochs)} runs have no held-out split and are read at their last epoch)"
+                 if view.fallback else ")")
+    return text + "; a verdict that another rule changes names it beside the verdict."

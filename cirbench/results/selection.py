@@ -14,6 +14,8 @@ epoch. Pandas only: the engine and the report both select with it.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from cirbench.results.headline import headline_column, wide_columns
@@ -50,3 +52,18 @@ def selected_epoch(metrics: pd.DataFrame, rule: str) -> int | None:
 def selected_epochs(metrics: pd.DataFrame) -> dict[str, int | None]:
     """Every rule's epoch of one run: ``{rule: epoch or None}``."""
     return {rule: selected_epoch(metrics, rule) for rule in RULES}
+
+
+def selection_values(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per run of ``metrics`` (index ``run_id``): each rule's selected epoch (``<rule>_epoch``,
+    NaN where the rule has nothing to read) and the validation headline there (``<rule>``)."""
+    rows = []
+    for run_id, own in metrics.groupby("run_id"):
+        val = headline_by_epoch(own, "val")
+        row: dict[str, object] = {"run_id": run_id}
+        for rule, epoch in selected_epochs(own).items():
+            row[f"{rule}_epoch"] = math.nan if epoch is None else epoch
+            row[rule] = float(val.get(epoch, math.nan)) if epoch is not None else math.nan
+        rows.append(row)
+    columns = ["run_id", *(f"{r}_epoch" for r in RULES), *RULES]
+    return pd.DataFrame(rows, columns=columns).set_index("run_id")
