@@ -17,15 +17,13 @@ from rich.markup import escape
 
 from cirbench import defaults
 from cirbench.cli_options import (
-    ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Jobs,
-    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _print_problems, _split, console,
+    ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
+    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
+from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, run_here, validated_grid
 from cirbench.cli_tools import data_app, list_, predict, results_app
-from cirbench.config import ConfigError, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
-DEFAULT_METHODS = "sprc,oracle"
-DEFAULT_NOISE = "0,0.5,0.8"
 
 
 @app.command()
@@ -40,8 +38,7 @@ def run(
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples: they "
                                        "are dropped, listed and recorded.")] = False,
     save: Annotated[bool, Opt("--save", help="Save each cell's trained weights under <output>/checkpoints/.")] = False,
-    holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out, noise included, and "
-                                  "evaluated every epoch for model selection (docs/selection.md); 0: none.")] = 0.0,
+    holdout: Holdout = 0.0,
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (parquet tables).")] = Path("results"),
@@ -75,122 +72,21 @@ def run(
     if launcher == "none":
         dist_env, device = init_distributed(device)
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
-    grid = _validated_grid(methods, noise, ablate, set_, plugin, dict(
+    grid = validated_grid(methods, noise, ablate, set_, plugin, dict(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
         dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
         gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
     if launcher != "none":
-        raise typer.Exit(_launch(grid, launcher, gpus_per_cell, scheduler_option))
-    outcomes = _run(grid, jobs)
-    _summary(grid, outcomes)
+        raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
+    outcomes = run_here(grid, jobs)
+    print_summary(grid, outcomes)
     if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
         _build_report(output, report_dir)
     barrier()  # under torchrun, a rank exiting 1 makes torchrun stop the others: wait for rank 0's report
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
-
-
-def _validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
-    """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
-    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""
-    from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
-    from cirbench.engine.grid import Grid, GridError, GridSpec
-    from cirbench.plugins import discover_methods
-
-    try:
-        discovery = discover_methods(list(plugin))
-        if discovery.errors:
-            raise GridError("; ".join(discovery.errors))
-        labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
-        overrides = parse_overrides(list(set_))
-        rates = _split(noise, float, "--noise") if noise is not None else None
-        if ablate:
-            ablation = expand_ablations(_split(ablate, str, "--ablate"), discovery.methods)
-            labels, overrides = merge_rows(labels, overrides, ablation)
-            rates = ablation.noise_rates if rates is None else rates
-            console.print(f"[dim]--ablate: {escape(describe_ablation(ablation))}[/]")
-        rates = rates if rates is not None else _split(DEFAULT_NOISE, float, "--noise")
-        grid = Grid(GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields), discovery)
-    except (GridError, ConfigError) as exc:
-        _fail(str(exc))
-    for problem in grid.discovery.problems:
-        console.print(f"[yellow]warning:[/] {problem}")
-    _preflight(grid)
-    return grid
-
-
-def _preflight(grid) -> None:
-    """Load a dataset read from the user's files before any cell runs: one that fails its
-    check stops the run here, and samples dropped under --allow-missing are listed."""
-    from cirbench import show
-    from cirbench.data.check import DatasetProblemsError
-    from cirbench.engine.runner import preflight
-
-    try:
-        checked = preflight(grid)
-    except DatasetProblemsError as exc:
-        _print_problems(exc.report.errors, 30)
-        _fail(str(exc).split(":\n", 1)[0])
-    except (ValueError, OSError) as exc:
-        _fail(str(exc))
-    if checked is not None:
-        show.preflight(console, checked)
-
-
-def _run(grid, jobs: int) -> list:
-    """Run ``grid`` here (``jobs`` cells at a time), with a progress line per cell."""
-    from cirbench import show
-    from cirbench.engine.runner import resolve_jobs, run_grid
-
-    try:
-        jobs = resolve_jobs(jobs, grid.spec.device)
-    except ValueError as exc:
-        _fail(str(exc))
-    with show.GridProgress(console) as progress:
-        return run_grid(grid, jobs, progress)
-
-
-def _launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str]) -> int:
-    """Submit one job per pending cell, list the jobs (waiting for them with ``local``); the exit code."""
-    from cirbench import show
-    from cirbench.engine import runner
-
-    runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
-    try:
-        submission = runner.submit(grid.spec, launcher, gpus_per_cell, scheduler_option)
-        if not submission.jobs:
-            console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {grid.spec.output} "
-                          "(--overwrite redoes them)")
-            return 0
-        outcomes = []
-        if launcher == "local":
-            with console.status(f"waiting for {len(submission.jobs)} local jobs"):
-                outcomes = runner.wait(submission)
-    except (ValueError, ImportError) as exc:
-        _fail(str(exc))
-    show.submission(console, launcher, submission, outcomes)
-    if launcher == "slurm":
-        console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
-    return int(runner.launch_failed(outcomes))
-
-
-def _summary(grid, outcomes: list) -> None:
-    """The run summary table of ``outcomes`` as the store holds them."""
-    from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
-    from cirbench.results.store import ResultsFolderError
-    from cirbench.results.summary import run_summary
-
-    try:
-        summary = run_summary(grid.store, [(o.cell.key, o.status) for o in outcomes], grid.spec.methods)
-    except ResultsFolderError as exc:
-        console.print(f"[bold red]error:[/] no summary: {escape(str(exc))}")
-        return
-    spec = grid.spec
-    show.summary(console, summary, f"cirbench run: {dataset_label(spec)} / {backbone_label(spec)} / "
-                                   f"{spec.noise_protocol} -> {spec.output}")
 
 
 @app.command()
@@ -200,8 +96,7 @@ def sweep(
     trials: Annotated[int, Opt("--trials", help="Trials per method; trial 0 is the defaults, the others draw from "
                                "the method's Config.search_space.")] = 4,
     seeds: Seeds = "0",
-    holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out; the report selects "
-                                  "each method's trial on it (docs/selection.md).")] = 0.1,
+    holdout: Holdout = 0.1,
     dataset: DatasetName = "shapes", data_root: DataRoot = None, dataset_option: DatasetOptions = [],
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
@@ -222,13 +117,13 @@ def sweep(
     except (SweepError, KeyError) as exc:
         _fail(str(exc).strip("'\""))
     sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
-    grid = _validated_grid(",".join(labels), noise, None, sets, plugin, dict(
+    grid = validated_grid(",".join(labels), noise, None, sets, plugin, dict(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), device=device, dataset_options=_dataset_options(dataset_option),
         holdout=holdout, precision=precision))
-    outcomes = _run(grid, jobs)
-    _summary(grid, outcomes)
+    outcomes = run_here(grid, jobs)
+    print_summary(grid, outcomes)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
@@ -258,8 +153,8 @@ def calibrate(
         ))
     except GridError as exc:
         _fail(str(exc))
-    _preflight(grid)
-    failed = [o for o in _run(grid, jobs) if o.status == "failed"]
+    preflight_grid(grid)
+    failed = [o for o in run_here(grid, jobs) if o.status == "failed"]
     for o in failed:
         console.print(f"[red]{o.cell.key.method} at {o.cell.key.noise_rate:g}, seed {o.cell.key.seed} failed: {escape(o.error)}[/]")
     if not _calibration_checks(grid, seeds) or failed:

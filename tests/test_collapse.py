@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from cirbench import cli
+from cirbench import cli_grid
 from cirbench.engine.collapse import collapse_reason, final_recall
 from cirbench.engine.grid import Grid, GridSpec
 
@@ -111,7 +111,7 @@ def test_a_grid_cell_records_the_flag_and_keeps_its_numbers(tmp_path: Path, cach
     assert len(metrics) and np.isfinite(metrics.value).all()  # a flag, not a failure: the numbers stay
 
     printed = Console(file=io.StringIO(), width=250)
-    monkeypatch.setattr(cli, "console", printed)
-    cli._summary(grid, [outcome])  # what `cirbench run` prints after the grid
+    monkeypatch.setattr(cli_grid, "console", printed)
+    cli_grid.print_summary(grid, [outcome])  # what `cirbench run` prints after the grid
     summary = printed.file.getvalue()
     assert "completed collapsed" in summary and row["collapse_reason"] in summary

@@ -68,19 +68,10 @@ def _rank_frame(rows: np.ndarray, group: str, ranks: torch.Tensor, subset_ranks:
 
 
 @torch.inference_mode()
-def evaluate(
-    method: Method,
-    dataset: CIRDataset,
-    split: TripletSplit,
-    tokens: np.ndarray,
-    texts: TextBatch,
-    device: torch.device,
-    chunk: int = 512,
-    gallery: dict[str, np.ndarray] | None = None,
-) -> Evaluation:
+def evaluate(method: Method, dataset: CIRDataset, split: TripletSplit, tokens: np.ndarray, texts: TextBatch,
+             device: torch.device, chunk: int = 512, gallery: dict[str, np.ndarray] | None = None) -> Evaluation:
     """The recall rows (``.results``: ``{group: {metric: value}}``) and per-query ranks
-    (``.ranks``) of ``split`` ranked against ``gallery`` (``dataset.gallery`` unless given:
-    the held-out split is ranked against the training gallery, :mod:`cirbench.data.holdout`).
+    (``.ranks``) of ``split`` ranked against ``gallery`` (default ``dataset.gallery``).
 
     ``tokens`` are the frozen-tower tokens of every image of the dataset, ``texts`` the
     split's tokenised texts. Recall@K counts a query as a hit if fewer than K gallery images

@@ -244,6 +244,20 @@ def optimizer_step(method: Method, optimizer, scheduler, config: MethodConfig, b
     return out
 
 
+def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, noisy_train: TripletSplit,
+             manifest: NoiseManifest, tokens: np.ndarray, make_batch: BatchMaker, epochs: int, batch_size: int, seed: int,
+             device: torch.device) -> TrainingContext:
+    """What the method is told about the cell (:class:`~cirbench.method.TrainingContext`)."""
+    n = len(noisy_train)
+    return TrainingContext(
+        num_train=n, epochs=epochs, batch_size=batch_size, steps_per_epoch=len(epoch_batches(n, batch_size, seed, 0)),
+        seed=seed, device=device,
+        iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
+        noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+        pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
+    )
+
+
 def train_cell(
     method_cls: type[Method],
     config: MethodConfig,
@@ -265,10 +279,10 @@ def train_cell(
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
     manifest's flags are used here for purity and handed to the method only if it is an
-    oracle. With ``holdout`` (made from ``noisy_train`` and ``manifest``), the method trains
-    on its ``train`` part and its held-out queries are evaluated after every epoch too. Under ``torchrun`` (see :mod:`cirbench.engine.distributed`) every rank runs this
-    with the same arguments; the backbone's passes are sharded across ranks and the result is
-    that of one process with the same global batch.
+    oracle. With ``holdout`` (made from both), it trains on the ``train`` part and the
+    held-out queries are evaluated after every epoch too. Under ``torchrun``
+    (:mod:`cirbench.engine.distributed`) every rank runs this with the same arguments; the
+    backbone's passes are sharded and the result is one process's with the same global batch.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -280,18 +294,14 @@ def train_cell(
                                  np.concatenate(epoch_batches(n, batch_size, seed, 0)))
     make_batch = BatchMaker(noisy_train, tokens, backbone.tokenize(noisy_train.texts), device)
     val_texts = backbone.tokenize(dataset.val.texts)
-    steps_per_epoch = len(epoch_batches(n, batch_size, seed, 0))
-    context = TrainingContext(
-        num_train=n, epochs=epochs, batch_size=batch_size, steps_per_epoch=steps_per_epoch, seed=seed, device=device,
-        iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
-        noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
-        pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
-    )
+    context = _context(method_cls, backbone, dataset, noisy_train, manifest, tokens, make_batch, epochs, batch_size, seed,
+                       device)
     method = method_cls(backbone, config, context).to(device)
     if parallel:
         distributed.broadcast_parameters(method)
-    optimizer, scheduler = build_optimizer(method, config, backbone, epochs * steps_per_epoch)
-    record = EpochRecorder(noisy_train, manifest, dataset.protocol.describe(), epochs * steps_per_epoch, progress, parallel)
+    total_steps = epochs * context.steps_per_epoch
+    optimizer, scheduler = build_optimizer(method, config, backbone, total_steps)
+    record = EpochRecorder(noisy_train, manifest, dataset.protocol.describe(), total_steps, progress, parallel)
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()

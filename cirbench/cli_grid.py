@@ -1,0 +1,119 @@
+"""Building and running a grid from the command line, for ``run``, ``sweep`` and
+``calibrate``: the validated grid (``--methods``, ``--noise``, ``--ablate``'s rows, ``--set``,
+``--plugin``), the pre-flight of its dataset, the run here with a progress line per cell or
+one scheduler job per cell, and the run summary read back from the store. The engine is
+imported inside the functions, so that ``cirbench --help`` imports no torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+
+from cirbench.cli_options import _fail, _print_problems, _split, console
+from cirbench.config import ConfigError, parse_overrides
+
+DEFAULT_METHODS = "sprc,oracle"
+DEFAULT_NOISE = "0,0.5,0.8"
+
+
+def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
+    """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
+    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""
+    from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
+    from cirbench.engine.grid import Grid, GridError, GridSpec
+    from cirbench.plugins import discover_methods
+
+    try:
+        discovery = discover_methods(list(plugin))
+        if discovery.errors:
+            raise GridError("; ".join(discovery.errors))
+        labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
+        overrides = parse_overrides(list(set_))
+        rates = _split(noise, float, "--noise") if noise is not None else None
+        if ablate:
+            ablation = expand_ablations(_split(ablate, str, "--ablate"), discovery.methods)
+            labels, overrides = merge_rows(labels, overrides, ablation)
+            rates = ablation.noise_rates if rates is None else rates
+            console.print(f"[dim]--ablate: {escape(describe_ablation(ablation))}[/]")
+        rates = rates if rates is not None else _split(DEFAULT_NOISE, float, "--noise")
+        grid = Grid(GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields), discovery)
+    except (GridError, ConfigError) as exc:
+        _fail(str(exc))
+    for problem in grid.discovery.problems:
+        console.print(f"[yellow]warning:[/] {problem}")
+    preflight_grid(grid)
+    return grid
+
+
+def preflight_grid(grid) -> None:
+    """Load a dataset read from the user's files before any cell runs: one that fails its
+    check stops the run here, and samples dropped under --allow-missing are listed."""
+    from cirbench import show
+    from cirbench.data.check import DatasetProblemsError
+    from cirbench.engine.runner import preflight
+
+    try:
+        checked = preflight(grid)
+    except DatasetProblemsError as exc:
+        _print_problems(exc.report.errors, 30)
+        _fail(str(exc).split(":\n", 1)[0])
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    if checked is not None:
+        show.preflight(console, checked)
+
+
+def run_here(grid, jobs: int) -> list:
+    """Run ``grid`` here (``jobs`` cells at a time), with a progress line per cell."""
+    from cirbench import show
+    from cirbench.engine.runner import resolve_jobs, run_grid
+
+    try:
+        jobs = resolve_jobs(jobs, grid.spec.device)
+    except ValueError as exc:
+        _fail(str(exc))
+    with show.GridProgress(console) as progress:
+        return run_grid(grid, jobs, progress)
+
+
+def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str]) -> int:
+    """Submit one job per pending cell, list the jobs (waiting for them with ``local``); the exit code."""
+    from cirbench import show
+    from cirbench.engine import runner
+
+    runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
+    try:
+        submission = runner.submit(grid.spec, launcher, gpus_per_cell, scheduler_option)
+        if not submission.jobs:
+            console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {grid.spec.output} "
+                          "(--overwrite redoes them)")
+            return 0
+        outcomes = []
+        if launcher == "local":
+            with console.status(f"waiting for {len(submission.jobs)} local jobs"):
+                outcomes = runner.wait(submission)
+    except (ValueError, ImportError) as exc:
+        _fail(str(exc))
+    show.submission(console, launcher, submission, outcomes)
+    if launcher == "slurm":
+        console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
+    return int(runner.launch_failed(outcomes))
+
+
+def print_summary(grid, outcomes: list) -> None:
+    """The run summary table of ``outcomes`` as the store holds them."""
+    from cirbench import show
+    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.results.store import ResultsFolderError
+    from cirbench.results.summary import run_summary
+
+    try:
+        summary = run_summary(grid.store, [(o.cell.key, o.status) for o in outcomes], grid.spec.methods)
+    except ResultsFolderError as exc:
+        console.print(f"[bold red]error:[/] no summary: {escape(str(exc))}")
+        return
+    spec = grid.spec
+    show.summary(console, summary, f"cirbench run: {dataset_label(spec)} / {backbone_label(spec)} / "
+                                   f"{spec.noise_protocol} -> {spec.output}")
