@@ -103,7 +103,7 @@ def test_a_method_without_ablations_is_a_clear_error(tmp_path: Path, names: str,
     result = _run(tmp_path, "--ablate", names)
     assert result.exit_code == 2 and message in " ".join(result.output.split())
     assert not (tmp_path / "r").exists()
-    with pytest.raises(GridError, match="conesep, hug"):
+    with pytest.raises(GridError, match="conesep, habit, hug, intent"):
         expand_ablations(["sprc"], METHODS)  # the error lists the methods that have ablations
 
 
