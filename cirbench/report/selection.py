@@ -1,6 +1,7 @@
-"""The report's "Model selection" table: per method and noise rate the headline under each
-selection rule (:mod:`cirbench.results.selection`) and the inflation a peek at the reported
-queries buys, ``val_peek - holdout`` (and ``val_peek - final``, which every run has)."""
+"""Selection rules in the report (:mod:`cirbench.results.selection`): the "Model selection"
+table (per method and noise rate the headline under each rule and the inflation a peek at
+the reported queries buys, ``val_peek - holdout`` and ``val_peek - final``), and the view of
+a setting under a rule (:func:`rule_view`) that the claims are checked on."""
 
 from __future__ import annotations
 
