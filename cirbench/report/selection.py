@@ -46,7 +46,7 @@ def selection_table(setting: Setting) -> TableModel | None:
             shown.append((method, rate))
     if not rows:
         return None
-    held = int(setting.runs.get("n_holdout", pd.Series(dtype=int)).fillna(0).gt(0).sum())
+    held = int(setting.runs.n_holdout.gt(0).sum())
     note = (
         "Validation headline (%) at the epoch each rule selects, mean ± std over seeds: final = the last epoch; "
         "holdout = the best epoch on the held-out noisy training triplets (no clean data, no reported query read); "

@@ -26,17 +26,15 @@ def trial_selection(setting: Setting) -> pd.DataFrame:
         return pd.DataFrame(columns=["method", "noise_rate", "seed", "trial", "holdout", "epoch", "tuned", "default", "changed"])
     parsed = runs.method.str.extract(TRIAL_LABEL)
     runs["base"], runs["trial"] = parsed["method"], parsed["trial"].astype(int)
-    by_run = dict(tuple(setting.metrics.groupby("run_id")))
-    scored = []
-    for run in runs.itertuples(index=False):
-        own = by_run.get(run.run_id, setting.metrics.iloc[:0])
-        held = headline_by_epoch(own, "holdout").dropna()
-        epoch = int(held.idxmax()) if len(held) else None
-        val = headline_by_epoch(own, "val")
-        scored.append({"base": run.base, "noise_rate": run.noise_rate, "seed": run.seed, "trial": run.trial,
-                       "config": run.config, "holdout": float(held.max()) if epoch is not None else math.nan,
-                       "epoch": epoch, "val": float(val.get(epoch, math.nan)) if epoch is not None else math.nan})
-    frame = pd.DataFrame(scored)
+    held_out = setting.metrics[setting.metrics.run_id.isin(set(runs.run_id))]
+    best_held = {run_id: headline_by_epoch(own, "holdout").max() for run_id, own in held_out.groupby("run_id")}
+    chosen = setting.selection.reindex(runs.run_id)  # the holdout rule's epoch and the validation headline there
+    frame = pd.DataFrame({
+        "base": runs.base.to_numpy(), "noise_rate": runs.noise_rate.to_numpy(), "seed": runs.seed.to_numpy(),
+        "trial": runs.trial.to_numpy(), "config": runs.config.to_numpy(),
+        "holdout": [float(best_held.get(r, math.nan)) for r in runs.run_id],
+        "epoch": chosen["holdout_epoch"].to_numpy(), "val": chosen["holdout"].to_numpy(),
+    })
     rows = []
     for (base, rate, seed), group in frame.groupby(["base", "noise_rate", "seed"]):
         ranked = group.dropna(subset=["holdout"]).sort_values(["holdout", "trial"], ascending=[False, True])
@@ -45,7 +43,7 @@ def trial_selection(setting: Setting) -> pd.DataFrame:
             continue
         best = ranked.iloc[0]
         rows.append({"method": base, "noise_rate": rate, "seed": seed, "trial": int(best.trial), "holdout": best.holdout,
-                     "epoch": best.epoch, "tuned": best.val,
+                     "epoch": int(best.epoch), "tuned": best.val,
                      "default": float(default.val.iloc[0]) if len(default) else math.nan,
                      "changed": _changed(best.config, default.config.iloc[0] if len(default) else None)})
     return pd.DataFrame(rows)
