@@ -20,7 +20,7 @@ from cirbench.cli_options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
     NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
-from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, run_here, validated_grid
+from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, resolved_holdout, run_here, validated_grid
 from cirbench.cli_tools import data_app, list_, predict, results_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
@@ -38,7 +38,7 @@ def run(
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples: they "
                                        "are dropped, listed and recorded.")] = False,
     save: Annotated[bool, Opt("--save", help="Save each cell's trained weights under <output>/checkpoints/.")] = False,
-    holdout: Holdout = 0.0,
+    holdout: Holdout = None,
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (parquet tables).")] = Path("results"),
@@ -76,7 +76,7 @@ def run(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
-        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
+        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=resolved_holdout(holdout, dataset), precision=precision,
         gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
@@ -96,7 +96,8 @@ def sweep(
     trials: Annotated[int, Opt("--trials", help="Trials per method; trial 0 is the defaults, the others draw from "
                                "the method's Config.search_space.")] = 4,
     seeds: Seeds = "0",
-    holdout: Holdout = 0.1,
+    holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out, noise included, to "
+                                  "select each trial's epoch and the best trial on (docs/selection.md).")] = defaults.HOLDOUT,
     dataset: DatasetName = "shapes", data_root: DataRoot = None, dataset_option: DatasetOptions = [],
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
@@ -133,6 +134,7 @@ def calibrate(
     dataset: DatasetName = "shapes", data_root: DataRoot = None, dataset_option: DatasetOptions = [],
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     seeds: Seeds = "0,1,2", epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
+    holdout: Holdout = None,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (finished cells are reused).")] = Path("results/calibration"),
     cache_dir: CacheDir = Path("datasets"), device: Device = "cpu", precision: Precision = "fp32", jobs: Jobs = 0,
 ) -> None:
@@ -149,7 +151,7 @@ def calibrate(
             methods=["sprc"], noise_rates=[0.0], seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone,
             weights=weights, noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output,
             cache_dir=cache_dir, data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device,
-            precision=precision,
+            precision=precision, holdout=resolved_holdout(holdout, dataset),
         ))
     except GridError as exc:
         _fail(str(exc))

@@ -18,6 +18,19 @@ DEFAULT_METHODS = "sprc,oracle"
 DEFAULT_NOISE = "0,0.5,0.8"
 
 
+def resolved_holdout(holdout: float | None, dataset: str) -> float:
+    """``--holdout`` as given, else the default of ``dataset``: :data:`cirbench.defaults.HOLDOUT`
+    for a generated dataset, none for one read from the user's files (its training set stays
+    the papers'). An unknown dataset resolves to 0; the grid then names it."""
+    from cirbench import defaults
+    from cirbench.data.registry import DATASETS
+
+    if holdout is not None:
+        return holdout
+    loader = DATASETS.get(dataset) if dataset in DATASETS else None
+    return defaults.HOLDOUT if loader is not None and not loader.files else 0.0
+
+
 def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
     --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""

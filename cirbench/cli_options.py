@@ -44,8 +44,10 @@ Precision = Annotated[str, Opt("--precision", help="fp32, or bf16: the backbone'
 Jobs = Annotated[int, Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help=JOBS_HELP)]
 Plugins = Annotated[list[Path], Opt("--plugin", help="A Python file defining a method plugin; repeatable.")]
 Results = Annotated[Path, Opt("--results", "-r", help="Results directory (parquet tables).")]
-Holdout = Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out, noise included, and "
-                               "evaluated every epoch to select epochs and trials on (docs/selection.md); 0: none.")]
+Holdout = Annotated[Optional[float], Opt("--holdout", show_default=False, help="Share of the noisy training triplets "
+                               "held out, noise included, and evaluated every epoch to select epochs and trials on "
+                               "(docs/selection.md); 0: none (default: 0.1 on a generated dataset such as shapes, 0 on "
+                               "one read from files).")]
 
 
 def _split(text: str, kind: type, option: str) -> list:

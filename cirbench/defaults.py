@@ -1,5 +1,5 @@
 """The default training schedule of a cell, shared by :class:`cirbench.engine.grid.GridSpec`
-and the CLI (which must not import torch to print its help), and the calibration grid's
+and the CLI (which must not import torch to print its help), the default held-out share, and the calibration grid's
 methods and noise rates, shared by the grid (:mod:`cirbench.engine.calibrate`) and its
 checks (:mod:`cirbench.report.calibration`).
 
@@ -9,5 +9,9 @@ and the reference rows only (``docs/benchmark.md``); 128 is also the papers' bat
 
 EPOCHS = 10
 BATCH_SIZE = 128
+HOLDOUT = 0.1
+"""The share of the training triplets a generated dataset's grid holds out for selection by
+default (``docs/selection.md``); a dataset read from the user's files holds none out unless
+``--holdout`` is given, so that its training set is the papers'."""
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
