@@ -32,8 +32,8 @@ def test_every_method_declares_a_space_of_its_own_fields_and_every_draw_is_a_val
         names = {f.name for f in fields(config_cls)}
         assert config_cls.search_space["lr"] == LR_SPACE and set(config_cls.search_space) <= names, name
         labels, overrides = sweep_rows([name], 6, discovery, "tiny")
-        assert labels == [trial_label(name, t) for t in range(6)] and all(TRIAL_LABEL.fullmatch(x) for x in labels)
-        assert trial_label(name, 0) not in overrides  # trial 0 is the defaults
+        assert labels == [name] + [trial_label(name, t) for t in range(1, 6)] and trial_label(name, 0) == name
+        assert all(TRIAL_LABEL.fullmatch(x) for x in labels[1:]) and name not in overrides  # trial 0: the defaults
         for label, values in overrides.items():
             config = build_config(config_cls, values, label)  # raises on an invalid draw
             default_lr = BACKBONES.get("tiny").default_lr
@@ -60,21 +60,28 @@ def _sweep(output: Path, cache_dir: Path, *extra: str):
                                *extra])
 
 
-def test_cli_sweep_runs_resumably_and_the_report_selects_on_the_holdout(cache_dir: Path, tmp_path: Path) -> None:
+def test_cli_sweep_reuses_the_grid_run_as_trial_0_resumes_and_the_report_selects_on_the_holdout(
+        cache_dir: Path, tmp_path: Path) -> None:
     output = tmp_path / "results"
+    grid = runner.invoke(app, ["run", "--methods", "sprc", "--noise", "0.5", "--dataset", "shapes-mini", "--epochs", "2",
+                               "--batch-size", "64", "--output", str(output), "--cache-dir", str(cache_dir)])
+    assert grid.exit_code == 0, grid.output
+    (grid_run,) = ResultsStore(output).read("runs").query("method == 'sprc'").itertuples(index=False)
+    assert grid_run.holdout == 0.1 and grid_run.n_holdout > 0  # a generated dataset holds 10% out by default
     first = _sweep(output, cache_dir)
     assert first.exit_code == 0, first.output
+    assert "skipped" in first.output  # trial 0 is the grid's run, not trained again
     runs = ResultsStore(output).read("runs")
-    trials = runs[runs.method.str.contains(":trial")].set_index("method")
-    assert sorted(trials.index) == ["sprc:trial0", "sprc:trial1"] and (trials.holdout == 0.1).all()
-    assert json.loads(trials.loc["sprc:trial0", "config"])["lr"] is None
+    trials = runs[~runs.is_reference].set_index("method")
+    assert sorted(trials.index) == ["sprc", "sprc:trial1"] and (trials.holdout == 0.1).all()
+    assert trials.loc["sprc", "run_id"] == grid_run.run_id and json.loads(trials.loc["sprc", "config"])["lr"] is None
     assert json.loads(trials.loc["sprc:trial1", "config"])["lr"] is not None
     again = _sweep(output, cache_dir)
     assert again.exit_code == 0 and "skipped" in again.output
     assert len(ResultsStore(output).read("runs")) == len(runs)
 
     (setting,) = load_results(output).settings
-    assert setting.methods == [] and setting.variants == [] and setting.trials == ["sprc:trial0", "sprc:trial1"]
+    assert setting.methods == ["sprc"] and setting.variants == [] and setting.trials == ["sprc:trial1"]
     (pick,) = trial_selection(setting).itertuples(index=False)
     best = max(((t, h) for t, h in _holdout_best(setting).items()), key=lambda item: (item[1], -item[0]))
     assert pick.trial == best[0] and pick.holdout == pytest.approx(best[1])
@@ -91,5 +98,6 @@ def _holdout_best(setting) -> dict[int, float]:
     for run in setting.runs.itertuples(index=False):
         own = setting.metrics[(setting.metrics.run_id == run.run_id) & (setting.metrics.split == "holdout")]
         r10 = own[(own.group == "all") & (own.metric == "recall@10")].value
-        out[int(TRIAL_LABEL.fullmatch(run.method)["trial"])] = 100.0 * float(r10.max())
+        trial = TRIAL_LABEL.fullmatch(run.method)
+        out[int(trial["trial"]) if trial else 0] = 100.0 * float(r10.max())
     return out

@@ -17,9 +17,10 @@ class SweepError(ValueError):
 
 
 def trial_label(method: str, trial: int) -> str:
-    """The grid label of ``method``'s trial ``trial`` (the report reads it with
-    :data:`cirbench.report.load.TRIAL_LABEL`)."""
-    return f"{method}:trial{trial}"
+    """The grid label of ``method``'s trial ``trial``: the method's own name for trial 0 (the
+    defaults: the same cell as a grid run's), ``<method>:trial<k>`` for the others (the
+    report reads them with :data:`cirbench.report.load.TRIAL_LABEL`)."""
+    return f"{method}:trial{trial}" if trial else method
 
 
 def sweep_rows(methods: list[str], trials: int, discovery: Discovery, backbone: str,

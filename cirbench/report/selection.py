@@ -30,7 +30,7 @@ def selection_table(setting: Setting) -> TableModel | None:
     keyed["peek_vs_final"] = keyed["val_peek"] - keyed["final"]
     stats = seed_stats(keyed.groupby(["noise_rate", "method"])[[*RULES, "peek_vs_holdout", "peek_vs_final"]])
     rows, shown = [], []
-    defaults = [t for t in setting.trials if t.endswith(":trial0")]  # a sweep's defaults, held out
+    defaults = [t for t in setting.trials if t.endswith(":trial0")]  # an older sweep's defaults (now the plain rows)
     for rate in setting.rates:
         block = stats.xs(rate, level="noise_rate")
         methods = [m for m in [*setting.methods, *defaults] if m in block.index]
@@ -52,7 +52,7 @@ def selection_table(setting: Setting) -> TableModel | None:
         "holdout = the best epoch on the held-out noisy training triplets (no clean data, no reported query read); "
         "val_peek = the best epoch on the reported validation queries, the releases' practice, optimistic by "
         "construction. The inflation columns are mean differences in percentage points. "
-        + ("Rows `<method>:trial0` are a sweep's defaults, run with a held-out split. "
+        + ("Rows `<method>:trial0` are an older sweep's defaults, run with a held-out split. "
            if defaults else "")
         + (f"{held} of {len(setting.runs)} runs have a held-out split (`cirbench run --holdout 0.1`); "
            "holdout is '-' for the others." if held < len(setting.runs) else "Every run has a held-out split.")

@@ -21,11 +21,9 @@ def trial_selection(setting: Setting) -> pd.DataFrame:
     """One row per (method, noise rate, seed) of a sweep: the selected ``trial``, its
     ``holdout`` headline and epoch, its validation headline there (``tuned``), trial 0's
     (``default``) and the selected trial's ``changed`` hyperparameters (text)."""
-    runs = setting.runs[setting.runs.method.isin(setting.trials)].copy()
+    runs = sweep_runs(setting)
     if runs.empty:
         return pd.DataFrame(columns=["method", "noise_rate", "seed", "trial", "holdout", "epoch", "tuned", "default", "changed"])
-    parsed = runs.method.str.extract(TRIAL_LABEL)
-    runs["base"], runs["trial"] = parsed["method"], parsed["trial"].astype(int)
     held_out = setting.metrics[setting.metrics.run_id.isin(set(runs.run_id))]
     best_held = {run_id: headline_by_epoch(own, "holdout").max() for run_id, own in held_out.groupby("run_id")}
     chosen = setting.selection.reindex(runs.run_id)  # the holdout rule's epoch and the validation headline there
@@ -47,6 +45,23 @@ def trial_selection(setting: Setting) -> pd.DataFrame:
                      "default": float(default.val.iloc[0]) if len(default) else math.nan,
                      "changed": _changed(best.config, default.config.iloc[0] if len(default) else None)})
     return pd.DataFrame(rows)
+
+
+def sweep_runs(setting: Setting) -> pd.DataFrame:
+    """The runs of ``setting``'s sweeps with their ``base`` method and ``trial`` number: every
+    ``<method>:trial<k>`` row, and as trial 0 the plain method's row (its defaults) at each
+    rate and seed its trials were run at, where it has a held-out split (a folder written
+    before trial 0 was the plain row has ``<method>:trial0`` rows, used instead)."""
+    runs = setting.runs
+    trials = runs[runs.method.isin(setting.trials)].copy()
+    parsed = trials.method.str.extract(TRIAL_LABEL)
+    trials["base"], trials["trial"] = parsed["method"], parsed["trial"].astype(int)
+    swept = trials[["base", "noise_rate", "seed"]].drop_duplicates()
+    legacy = set(map(tuple, trials.loc[trials.trial == 0, ["base", "noise_rate", "seed"]].itertuples(index=False)))
+    plain = runs.merge(swept, left_on=["method", "noise_rate", "seed"], right_on=["base", "noise_rate", "seed"])
+    plain = plain[plain.n_holdout.gt(0)]
+    plain = plain[[key not in legacy for key in plain[["base", "noise_rate", "seed"]].itertuples(index=False, name=None)]]
+    return pd.concat([trials, plain.assign(trial=0)], ignore_index=True)
 
 
 def _changed(config: str, default: str | None) -> str:
@@ -75,7 +90,8 @@ def tuned_table(setting: Setting) -> TableModel | None:
                      Cell(f"{gain:+.2f}" if math.isfinite(gain) else "-"), Cell(picks)]
             rows.append((rate_label(float(rate)) if i == 0 else "", method, cells))
     trials = selected.groupby("method").size()
-    budget = sorted({len([t for t in setting.trials if t.startswith(f"{m}:")]) for m in trials.index})
+    runs = sweep_runs(setting)
+    budget = sorted(set(runs.groupby("base").trial.nunique().reindex(trials.index)))
     note = (f"A sweep of {'/'.join(str(b) for b in budget)} trial(s) per method (trial 0 = the defaults; `cirbench sweep`). "
             "Each trial is read at its holdout-selected epoch; per method, rate and seed the trial with the best held-out "
             "headline is kept. Validation headline (%), mean ± std over seeds; the picks name what each changed.")
