@@ -17,7 +17,7 @@ from cirbench.cli import app
 from cirbench.engine.purity import purity_rows
 from cirbench.report import ReportError, build_report, load_results
 from cirbench.report.tables import (
-    CIRR_AVG, FIQ_AVG, Cell, ablation_table, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
+    CIRR_AVG, FIQ_AVG, Cell, ablation_table, best_per_rate, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
 )
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
 
@@ -154,9 +154,19 @@ def test_failed_cell_is_listed_not_fatal(built) -> None:
 def test_at_a_glance_names_best_and_cleanest(built) -> None:
     _, page = built
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
-    assert "Best on R@10 (perfect filters and ablation rows excluded): 20%: robust (50.50); 50%: robust (45.00)." in markdown
+    assert "Best on R@10 (perfect filters, ablation rows and sweep trials excluded): 20%: robust (50.50); 50%: robust (45.00)." in markdown
     assert "Cleanest kept set: 20%: robust" in markdown
     assert "a random subset: 80.0%" in markdown  # 12 of the 60 training samples are noisy at 20%
+
+
+def test_best_per_rate_never_names_a_sweep_trial_or_an_ablation_row(tmp_path: Path, monkeypatch) -> None:
+    for label, r10 in (("robust:trial1", 0.90), ("robust:no_x", 0.80)):  # both above every compared method
+        for rate in (0.2, 0.5):
+            monkeypatch.setitem(R10, (label, rate), r10)
+    write_results(tmp_path, methods=("sprc", "robust", "oracle", "robust:trial1", "robust:no_x"), seeds=(0,))
+    setting = load_results(tmp_path).settings[0]
+    assert setting.trials == ["robust:trial1"] and setting.variants == ["robust:no_x"]
+    assert [(rate, method) for rate, _, method, _ in best_per_rate(setting)] == [(0.2, "robust"), (0.5, "robust")]
 
 
 def test_flag_rate_is_the_share_not_kept(built) -> None:

@@ -1,6 +1,6 @@
 """The report's "at a glance" lines: the best method at each noise rate, the cleanest kept
-set, and the kind of noise each method misses most (oracles and ablation rows excluded
-throughout)."""
+set, and the kind of noise each method misses most (oracles, ablation rows and sweep
+trials excluded throughout)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def at_a_glance(setting: Setting) -> list[str]:
     if best:
         column = best[0][1]
         lines.append(
-            f"Best on {column} (perfect filters and ablation rows excluded): "
+            f"Best on {column} (perfect filters, ablation rows and sweep trials excluded): "
             + "; ".join(f"{rate_label(rate)}: {setting.label(method, rate)} ({value:.2f})" for rate, _, method, value in best) + "."
         )
     flagged = setting.collapsed
