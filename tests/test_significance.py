@@ -157,6 +157,31 @@ def test_weighted_auroc_matches_sklearn_and_purity_the_counts() -> None:
     assert boot.values(no_partition, ["r"], "purity") is None
 
 
+def test_sample_bootstrap_reads_each_run_on_the_samples_it_trained_on() -> None:
+    # two seeds whose runs hold out different samples (as --holdout draws them per seed): the
+    # universe is every id, each run's purity and AUROC are those of its own samples
+    rng = np.random.default_rng(1)
+    n = 200
+    ids = np.array([f"s{i:03d}" for i in range(n)])
+    frames, expected = [], {}
+    for run_id, held in (("seed0", np.arange(n) < 20), ("seed1", np.arange(n) >= n - 20)):
+        is_noisy = rng.random(n) < 0.5
+        score = np.where(is_noisy, 0.7, 0.3) + rng.normal(0, 0.3, n)
+        kept = score < 0.5
+        own = ~held
+        frames.append(pd.DataFrame({"run_id": run_id, "sample_id": ids[own], "score": score[own],
+                                    "selected_clean": kept[own], "is_noisy": is_noisy[own], "noise_type": "reference"}))
+        expected[run_id] = ((kept & ~is_noisy & own).sum() / (kept & own).sum(), roc_auc_score(is_noisy[own], score[own]))
+    scores = pd.concat(frames, ignore_index=True)
+    boot = SampleBootstrap(scores.sample_id.unique(), n_resamples=20)
+    assert len(boot.sample_ids) == n
+    purity = boot.values(scores, ["seed0", "seed1"], "purity", resampled=False)[0]
+    auroc = boot.values(scores, ["seed0", "seed1"], "auroc", resampled=False)[0]
+    assert purity == pytest.approx([expected["seed0"][0], expected["seed1"][0]])
+    assert auroc == pytest.approx([expected["seed0"][1], expected["seed1"][1]])
+    assert np.isfinite(boot.values(scores, ["seed0", "seed1"], "purity")).all()
+
+
 def test_kept_set_test_on_a_constructed_purity() -> None:
     # 1000 samples, 500 clean; a kept set of 400 with 300 clean (75% against 50% by chance)
     clean = kept_set_test(1000, 500, 400, 300)

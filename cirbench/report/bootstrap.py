@@ -161,6 +161,11 @@ class SampleBootstrap:
     on the clean samples plus those of that type only (how clean the kept set is against
     that kind of noise). ``auroc`` is that of the score against the true noise flag, with a
     ``noise_type`` on the clean samples plus that type, as in the ``purity`` table.
+
+    The resamples are drawn over every sample id of the setting; a sample a run has no row
+    for was not in its training set (held out for selection, ``--holdout``) and counts in
+    none of that run's values. Runs of one seed hold out the same samples, so a comparison
+    paired by seed stays paired sample by sample.
     """
 
     def __init__(self, sample_ids: Sequence[str], n_resamples: int = N_RESAMPLES, seed: int = 0) -> None:
@@ -173,17 +178,17 @@ class SampleBootstrap:
         if own.empty:
             return None
         own = own.set_index("sample_id").reindex(self.sample_ids)
-        if own.is_noisy.isna().any():
-            raise ValueError(f"run {run_id} has no scores row for some training samples")
+        own["trained"] = own.is_noisy.notna()
+        own["is_noisy"] = own.is_noisy.astype("boolean").fillna(False)
         return own.reset_index()
 
     def _arrays(self, own: pd.DataFrame, metric: str, noise_type: str | None):
-        members = _members(own, noise_type)
+        members = _members(own, noise_type) & own.trained.to_numpy(dtype=bool)
         if metric == "purity":
-            kept = own.selected_clean.astype("boolean")
-            if kept.isna().any():
+            selected = own.selected_clean.astype("boolean")
+            if selected[members].isna().any():
                 return None
-            kept = kept.to_numpy(dtype=bool) & members
+            kept = selected.fillna(False).to_numpy(dtype=bool) & members
             return kept & ~own.is_noisy.to_numpy(dtype=bool), kept
         score = own.score.to_numpy(dtype=float)
         if not np.isfinite(score[members]).all():
