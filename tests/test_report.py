@@ -333,3 +333,14 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
     assert (tmp_path / "after" / "index.html").exists()
     assert (tmp_path / "after" / "toy_tiny_thirds" / "recall_vs_noise.png").exists()
     assert "report written" in result.output
+
+
+def test_provenance_names_the_held_out_shares_and_warns_when_two_are_compared() -> None:
+    from cirbench.report.content import _holdout_shares
+
+    runs = pd.DataFrame({"method": ["sprc", "conesep", "conesep:no_x", "sprc:trial1"], "holdout": [0.1, 0.1, 0.1, 0.1]})
+    assert _holdout_shares(runs) == ["held-out shares of the compared runs: 0.1 (3 run(s))"]
+    mixed = runs.assign(holdout=[0.1, 0.1, 0.0, 0.1])  # an ablation row run with --holdout 0 beside the default
+    (line,) = _holdout_shares(mixed)
+    assert line.startswith("WARNING: runs trained with different held-out shares") and "0 (1 run(s)), 0.1 (2 run(s))" in line
+    assert _holdout_shares(runs.drop(columns="holdout")) == []

@@ -14,7 +14,7 @@ import cirbench
 from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
-from cirbench.report.load import ReportData, Setting
+from cirbench.report.load import TRIAL_LABEL, ReportData, Setting
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
 from cirbench.report.selection import selection_table
@@ -59,6 +59,7 @@ def _provenance(data: ReportData) -> list[str]:
             if values:
                 lines.append(f"{name}: {', '.join(values)}")
         lines.extend(_starts(runs))
+        lines.extend(_holdout_shares(runs))
         versions = runs.groupby("method").method_version.agg(lambda v: ",".join(sorted(set(map(str, v)))))
         lines.append("method versions: " + ", ".join(f"{m} v{v}" for m, v in versions.items()))
     return lines
@@ -79,6 +80,22 @@ def _starts(runs: pd.DataFrame) -> list[str]:
             text = "WARNING: runs from different starts are pooled; " + text
         lines.append(text)
     return lines
+
+
+def _holdout_shares(runs: pd.DataFrame) -> list[str]:
+    """A line naming the held-out shares (``--holdout``) of the compared runs, sweep trials
+    aside: the report keeps one run per cell whatever its share, so two shares in one folder
+    mean methods compared on different training sets."""
+    if "holdout" not in runs.columns:
+        return []
+    compared = runs[~runs.method.astype(str).str.fullmatch(TRIAL_LABEL.pattern)]
+    counts = compared["holdout"].astype(float).fillna(0.0).round(6).value_counts().sort_index()
+    if counts.empty:
+        return []
+    text = "held-out shares of the compared runs: " + ", ".join(f"{share:g} ({n} run(s))" for share, n in counts.items())
+    if len(counts) > 1:
+        text = "WARNING: runs trained with different held-out shares (different training sets) are compared; " + text
+    return [text]
 
 
 def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = None) -> ReportContent:
