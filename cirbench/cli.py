@@ -1,7 +1,8 @@
 """The ``cirbench`` command line (typer + rich): it parses the arguments, hands the grid to
 the runner (:mod:`cirbench.engine.runner`) and shows what comes back (:mod:`cirbench.show`).
 The options several commands share are in :mod:`cirbench.cli_options`; the commands around
-a grid (``data check``, ``results verify``, ``predict``, ``list``) in :mod:`cirbench.cli_tools`.
+a grid (``data check``, ``results verify``, ``predict``, ``list``) in :mod:`cirbench.cli_tools`; the
+released ``tiny`` start's ``start rebuild`` in :mod:`cirbench.cli_start`.
 
 The engine, report and results modules are imported inside the commands, so that
 ``cirbench --help`` imports no torch (and starts fast).
@@ -21,6 +22,7 @@ from cirbench.cli_options import (
     NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
 from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, resolved_holdout, run_here, validated_grid
+from cirbench.cli_start import start_app
 from cirbench.cli_tools import data_app, list_, predict, results_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
@@ -215,6 +217,7 @@ def report(
 
 app.add_typer(results_app, name="results")
 app.add_typer(data_app, name="data")
+app.add_typer(start_app, name="start")
 app.command()(predict)
 app.command("list")(list_)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cirbench"
-CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_tools", "cirbench.show"}
+CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_start", "cirbench.cli_tools",
+               "cirbench.show"}
 LAYERS: list[tuple[str, ...]] = [
     # rank 0: shared utilities with no cirbench dependency above them
     ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.losses",
@@ -161,7 +162,7 @@ def test_functions_and_modules_are_small() -> None:
 
 def test_help_imports_no_torch() -> None:
     code = ("import sys; from typer.testing import CliRunner; from cirbench.cli import app; "
-            "assert all(CliRunner().invoke(app, [*c, '--help']).exit_code == 0 for c in (['run'], ['calibrate'], [])); "
+            "assert all(CliRunner().invoke(app, [*c, '--help']).exit_code == 0 for c in (['run'], ['calibrate'], ['start', 'rebuild'], [])); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -9,7 +9,7 @@ from cirbench.backbones.base import Backbone
 from cirbench.backbones.blip2 import Blip2Backbone
 from cirbench.backbones.clip import ClipBackbone
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.backbones.tiny_pretrain import build_tiny
+from cirbench.backbones.tiny_pretrain import build_tiny, start_identity
 from cirbench.registry import Registry
 
 
@@ -20,7 +20,8 @@ class BackboneFactory(Protocol):
     description: str
     default_lr: float
     """The fine-tune's learning rate when a method's ``lr`` is None (the backbone class's)."""
-    # a factory may also name ``default_weights``: the tag used (and recorded) when --weights is not given
+    # a factory may also name ``default_weights``: the tag used (and recorded) when --weights is not given,
+    # and ``start_identity(weights) -> str``: what a run id holds for that start, known without loading it
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone: ...
 
@@ -29,10 +30,18 @@ class TinyFactory:
     """The CPU default."""
 
     default_weights = "cir"
-    default_lr = TinyBackbone.default_lr
 
     description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights cir (default: "
                    "composer pre-trained on disjoint synthetic data), stage1, random or pretrained")
+
+    @property
+    def default_lr(self) -> float:
+        """:attr:`TinyBackbone.default_lr`, read when asked (a run id holds the resolved rate)."""
+        return TinyBackbone.default_lr
+
+    def start_identity(self, weights: str | None) -> str:
+        """The start of ``weights`` as a run id holds it (:func:`~cirbench.backbones.tiny_pretrain.start_identity`)."""
+        return start_identity(weights)
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
         return build_tiny(weights, seed, cache_dir)
@@ -45,8 +54,12 @@ BACKBONES.add("tiny", TinyFactory())
 class Blip2Factory:
     """BLIP-2 through transformers (pip install 'cirbench[blip2]')."""
 
-    default_lr = Blip2Backbone.default_lr
     description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
+
+    @property
+    def default_lr(self) -> float:
+        """:attr:`Blip2Backbone.default_lr`, read when asked."""
+        return Blip2Backbone.default_lr
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
         return Blip2Backbone.from_pretrained(weights)
@@ -55,8 +68,12 @@ class Blip2Factory:
 class ClipFactory:
     """open_clip towers + a trainable composer (pip install 'cirbench[clip]')."""
 
-    default_lr = ClipBackbone.default_lr
     description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
+
+    @property
+    def default_lr(self) -> float:
+        """:attr:`ClipBackbone.default_lr`, read when asked."""
+        return ClipBackbone.default_lr
 
     def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
         return ClipBackbone.from_weights(weights, seed=seed)

@@ -114,6 +114,7 @@ class TinyBackbone(Backbone):
         self.tower_kind = tower
         self.tower = self._frozen_tower(tower_state)
         self.pretrained_start = ""  # "<tag>-<crc32>" of a pre-trained composer state loaded into it (build_tiny)
+        self.start_origin = ""  # where that state came from, for messages (the released file, a cache)
 
         with torch.random.fork_rng():
             torch.manual_seed(seed)

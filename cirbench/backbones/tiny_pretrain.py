@@ -18,7 +18,10 @@ always on synthetic data disjoint from the ``shapes`` benchmark:
   scenes; measured and rejected as a default (``docs/backbones.md``);
 - ``random``: nothing pre-trained.
 
-Each pre-trained state is computed once (from seed 0, whatever a cell's seed, as with a
+The default start is not pre-trained where it is used: ``cir`` loads the released file
+(:mod:`cirbench.backbones.tiny_start`), made by running these functions once
+(``cirbench start rebuild --write``, :mod:`cirbench.backbones.tiny_rebuild`). ``stage1`` and
+``pretrained`` are computed on first use (from seed 0, whatever a cell's seed, as with a
 released checkpoint) and cached as ``<cache_dir>/towers/*.pt``.
 """
 
@@ -35,8 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cirbench.backbones import tiny_release
 from cirbench.backbones.base import max_token_similarity, state_digest
 from cirbench.backbones.tiny import TinyBackbone, TinyTower
+from cirbench.backbones.tiny_start import shipped_backbone
 from cirbench.data.shapes import (
     SHAPES_COLOURS,
     SHAPES_SHAPES,
@@ -280,17 +285,32 @@ def pretrained_composer_state(stage: str, cache_dir: Path, fresh: Callable[[], T
     return _cached(_composer_cache(base, cache_dir, "cir"), cir)
 
 
+def start_identity(weights: str | None) -> str:
+    """What a run id holds for the start of ``weights`` (a tag of :data:`TINY_WEIGHTS`; None:
+    the default), known without pre-training or loading anything: the released start's key
+    for ``cir``; for a start pre-trained on first use, its recipe's version (the result, which
+    may differ in the last bits from machine to machine, is recorded in ``runs.start_key``
+    and guarded by :mod:`cirbench.engine.start`)."""
+    tag = weights or DEFAULT_TINY_WEIGHTS
+    recipes = {"cir": tiny_release.START_KEY, "stage1": f"tiny-random+stage1-v{STAGE1_VERSION}",
+               "random": "tiny-random", "pretrained": f"tiny-pretrained-v{TOWER_VERSION}"}
+    return recipes.get(tag, tag)
+
+
 def build_tiny(weights: str | None, seed: int, cache_dir: Path | None) -> TinyBackbone:
     """A ``tiny`` backbone for one cell: ``weights`` is a tag of :data:`TINY_WEIGHTS` (None:
-    the default); ``seed`` initialises whatever is not pre-trained. Every start fine-tunes at
-    the backbone's 1e-3 (3e-4 from ``cir`` learned less in the same epochs; docs/benchmark.md)."""
+    the default); ``seed`` initialises whatever is not pre-trained. ``cir`` is the released
+    start (no pre-training); ``stage1`` and ``pretrained`` are pre-trained into ``cache_dir``
+    on first use."""
     tag = weights or DEFAULT_TINY_WEIGHTS
     if tag not in TINY_WEIGHTS:
         raise ValueError(f"tiny backbone: unknown --weights {tag!r}; choose one of {', '.join(TINY_WEIGHTS)}")
+    if tag == "cir":
+        return shipped_backbone(seed)
     cache_dir = Path(cache_dir or "datasets")
     tower = pretrained_tower_state(cache_dir) if tag == "pretrained" else None
     backbone = TinyBackbone(seed=seed, tower="pretrained" if tower else "random", tower_state=tower)
-    if tag in ("stage1", "cir"):
+    if tag == "stage1":
         state = pretrained_composer_state(tag, cache_dir, lambda: TinyBackbone(seed=0))
         backbone.load_state_dict(state, strict=False)
         backbone.pretrained_start = f"{tag}-{state_digest(state):08x}"

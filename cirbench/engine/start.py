@@ -1,8 +1,9 @@
 """The start a cell fine-tunes from, recorded and never pooled with another.
 
 Two caches of the same backbone can hold different pre-trained starts (the ``tiny``
-start once came out differently on one thread and on two), and a grid's numbers mean
-something only against cells from the same start. Every cell records its backbone's
+start once came out differently on one thread and on two; it is now released as a file,
+but ``stage1`` is still pre-trained on first use), and two cirbench releases may ship two
+starts; a grid's numbers mean something only against cells from the same start. Every cell records its backbone's
 :meth:`~cirbench.backbones.base.Backbone.start_key` in ``runs``; a grid refuses a results
 folder whose completed runs of the same backbone record another one.
 """
@@ -27,10 +28,12 @@ def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path, reco
     key = backbone.start_key()
     others = sorted((store.start_keys(label) if recorded is None else recorded) - {key})
     if others:
+        origin = getattr(backbone, "start_origin", "") or f"from the caches in {cache_dir}"
         raise StartMismatchError(
             f"results folder {store.root} holds runs of {label} fine-tuned from another start "
-            f"({', '.join(others)}; this grid's is {key}, from the caches in {cache_dir}): "
-            "their numbers cannot be pooled. Run with the --cache-dir those runs used, or write to another --output."
+            f"({', '.join(others)}; this grid's is {key}, {origin}): their numbers cannot be pooled. "
+            "Run with the start those runs used (the --cache-dir of a start pre-trained on first use; the cirbench "
+            "release of a shipped start), or write to another --output."
         )
     return key
 
