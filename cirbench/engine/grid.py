@@ -132,19 +132,31 @@ def backbone_label(spec: GridSpec) -> str:
 
 
 def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: MethodConfig, rate: float, seed: int) -> str:
-    """A deterministic id from everything that changes a cell's numbers."""
+    """A deterministic id from everything that changes a cell's numbers: the resolved
+    configuration (an ``lr`` of None is the backbone's ``default_lr``, except for an untrained
+    reference row), the start (the backbone factory's ``start_identity``, known without
+    loading weights: the released ``tiny`` start's key; else ``--weights`` names it), the data,
+    the noise, the seed and the training options. Ids changed once when the resolved ``lr``
+    and the start joined them (docs/benchmark.md#run-ids)."""
     dataset_key = DATASETS.get(spec.dataset).key()  # a generated dataset's, known before it is loaded
+    factory = BACKBONES.get(spec.backbone)
+    resolved = config_to_dict(config)
+    if resolved.get("lr") is None and REFERENCE_ROWS.get(label) is not method_cls:
+        resolved["lr"] = factory.default_lr
+    start = getattr(factory, "start_identity", None)
     identity = json.dumps(
         {
-            "method": label, "version": method_cls.version, "config": config_to_dict(config),
+            "method": label, "version": method_cls.version, "config": resolved,
             "dataset": spec.dataset, "data_root": str(spec.data_root or ""), "backbone": spec.backbone,
-            "weights": spec.weights or "", "protocol": spec.noise_protocol, "rate": rate, "seed": seed,
+            "weights": spec.weights or "", "start": start(spec.weights) if start else "",
+            "protocol": spec.noise_protocol, "rate": rate, "seed": seed,
             "epochs": spec.epochs, "batch_size": spec.batch_size,
             # only when set, so that the ids of runs without them stay as they were
             **({"dataset_options": spec.dataset_options} if spec.dataset_options else {}),
             **({"allow_missing": True} if spec.allow_missing else {}),
             **({"holdout": spec.holdout} if spec.holdout else {}),
             **({"dataset_key": dataset_key} if dataset_key is not None else {}),
+            **({"precision": spec.precision} if spec.precision != "fp32" else {}),
         },
         sort_keys=True,
     )
