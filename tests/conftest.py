@@ -1,5 +1,6 @@
-"""Shared fixtures: one data/feature cache for the whole session (shapes-mini is tiny), with
-the ``tiny`` backbone's default start pre-trained once, at a test's size."""
+"""Shared fixtures: one data/feature cache for the whole session (shapes-mini is tiny). The
+``tiny`` backbone's default start is the released file (never pre-trained here); its other
+pre-trainings (``stage1``, ``pretrained``) run at a test's size."""
 
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ def quick_pretraining(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _quick_tiny_start():
-    """In this process, ``tiny``'s pre-trainings run at a test's size wherever a test's cache
-    directory has none yet (the default start would otherwise cost minutes per directory).
-    Subprocesses (torchrun, submitit) run the real ones: give them the shared ``cache_dir``."""
+    """In this process, ``tiny``'s pre-trainings (``stage1``, and ``cir`` where a test
+    rebuilds it) run at a test's size wherever a test's cache directory has none yet; the
+    default start is the released file and is never pre-trained."""
     from cirbench.backbones import tiny_pretrain
 
     with pytest.MonkeyPatch.context() as patch:
@@ -52,15 +53,10 @@ def _quick_tiny_start():
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory, _quick_tiny_start) -> Path:
-    """A data root shared by the tests, so shapes-mini is generated and encoded once, with the
-    default ``tiny`` start (quickly) pre-trained into it."""
-    from cirbench.backbones import tiny_pretrain
-    from cirbench.backbones.tiny import TinyBackbone
-
-    root = tmp_path_factory.mktemp("datasets")
-    tiny_pretrain.pretrained_composer_state("cir", root, lambda: TinyBackbone(seed=0))
-    return root
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root shared by the tests, so shapes-mini is generated and encoded once
+    (subprocesses such as torchrun and submitit jobs are given it too)."""
+    return tmp_path_factory.mktemp("datasets")
 
 
 @pytest.fixture(autouse=True)

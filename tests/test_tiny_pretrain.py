@@ -1,6 +1,6 @@
 """The ``tiny`` backbone's pre-trainings: they move the composer and not the tower, they are
-cached and shared by every seed, their data are disjoint from the benchmark, and the
-``--weights`` tags of the factory."""
+cached and shared by every seed (the default ``cir`` start is the released file instead),
+their data are disjoint from the benchmark, and the ``--weights`` tags of the factory."""
 
 from __future__ import annotations
 
@@ -41,18 +41,17 @@ def test_composed_pretraining_data_share_no_scene_or_text_with_the_benchmark() -
     assert first_words.isdisjoint({t.split()[0] for t in benchmark_texts} - {"the"})
 
 
-def test_every_seed_starts_from_the_same_cached_cir_composer(tmp_path, quick_pretraining) -> None:
+def test_every_seed_starts_from_the_released_cir_composer_and_stage1_is_cached(tmp_path, quick_pretraining) -> None:
     first = tiny_pretrain.build_tiny("cir", 3, tmp_path)
-    assert quick_pretraining == ["stage1", "cir"]  # cir is trained on top of stage1
     second = tiny_pretrain.build_tiny(None, 5, tmp_path)  # the default
-    assert quick_pretraining == ["stage1", "cir"]  # both read from the cache now
-    assert {p.name.split("-composer-")[1] for p in (tmp_path / "towers").glob("*.pt")} == {
-        f"h128-q8-l2-stage1-v{tiny_pretrain.STAGE1_VERSION}.pt",
-        f"h128-q8-l2-stage1-v{tiny_pretrain.STAGE1_VERSION}-cir-v{tiny_pretrain.CIR_VERSION}.pt",
-    }
+    assert quick_pretraining == [] and not any(tmp_path.iterdir())  # the released file: nothing pre-trained or cached
     for key, value in first.state_dict().items():
         assert torch.equal(value, second.state_dict()[key]), key
     staged = tiny_pretrain.build_tiny("stage1", 3, tmp_path)
+    tiny_pretrain.build_tiny("stage1", 4, tmp_path)
+    assert quick_pretraining == ["stage1"]  # pre-trained on first use, then read from the cache
+    assert {p.name.split("-composer-")[1] for p in (tmp_path / "towers").glob("*.pt")} == {
+        f"h128-q8-l2-stage1-v{tiny_pretrain.STAGE1_VERSION}.pt"}
     random = tiny_pretrain.build_tiny("random", 3, tmp_path)
     assert not torch.equal(staged.query_tokens, first.query_tokens)
     assert not torch.equal(random.query_tokens, staged.query_tokens)
@@ -92,6 +91,6 @@ def test_every_pretraining_runs_on_the_pinned_threads_whatever_the_callers(tmp_p
     monkeypatch.setattr(tiny_pretrain, "pretrain_stage1", recording("stage1"))
     monkeypatch.setattr(tiny_pretrain, "pretrain_composed_retrieval", recording("cir"))
     torch.set_num_threads(1)
-    tiny_pretrain.build_tiny("cir", 0, tmp_path)
+    tiny_pretrain.pretrained_composer_state("cir", tmp_path, lambda: TinyBackbone(seed=0))  # what `start rebuild` runs
     assert seen == [("stage1", tiny_pretrain.PRETRAIN_THREADS), ("cir", tiny_pretrain.PRETRAIN_THREADS)]
     assert tiny_pretrain.PRETRAIN_THREADS != 1 and torch.get_num_threads() == 1
