@@ -48,8 +48,8 @@ def start_rebuild(
     if write and not identical:
         done = release(rebuilt)
         console.print(f"released v{done.release}: {done.path} (sha256 {done.sha256}, start key {done.start_key}); "
-                      "recorded in cirbench/backbones/tiny_release.py. Commit both, and update the pinned run ids "
-                      "(tests/test_run_ids.py): every default cell's id changes with the start.", markup=False,
+                      "recorded in cirbench/backbones/tiny_release.py. Commit both: every tiny[cir] cell's run id changes "
+                      "with the start (docs/benchmark.md#run-ids).", markup=False,
                       highlight=False, soft_wrap=True)
     elif write:
         console.print("nothing to release: the shipped start is already this one")

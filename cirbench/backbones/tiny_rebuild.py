@@ -50,10 +50,11 @@ class Released:
     start_key: str
 
 
-def rebuild_start() -> TinyStart:
-    """The ``cir`` start pre-trained from code now, from an empty cache (minutes on a CPU)."""
+def rebuild_start(cache_dir: Path | None = None) -> TinyStart:
+    """The ``cir`` start pre-trained from code now, from an empty cache (minutes on a CPU);
+    ``cache_dir``: a pre-training cache to read instead (the command never passes one)."""
     with tempfile.TemporaryDirectory(prefix="cirbench-start-") as empty:
-        composer = tiny_pretrain.pretrained_composer_state("cir", Path(empty), lambda: TinyBackbone(seed=0))
+        composer = tiny_pretrain.pretrained_composer_state("cir", Path(cache_dir or empty), lambda: TinyBackbone(seed=0))
     tower = {name: value.detach().clone() for name, value in TinyBackbone(seed=0).tower.state_dict().items()}
     info = {
         "weights": "cir", "stage1_version": tiny_pretrain.STAGE1_VERSION, "cir_version": tiny_pretrain.CIR_VERSION,
