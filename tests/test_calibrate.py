@@ -72,7 +72,39 @@ def test_checks_read_the_right_numbers(tmp_path: Path) -> None:
     assert checks["something to win at 80%"].value == pytest.approx(0.06)
     premise = checks["small-loss premise"]
     assert premise.value == pytest.approx(0.8) and "caption 0.600" in premise.detail
-    assert all(c.verdict == "pass" for c in checks.values()), [(c.name, c.value) for c in checks.values()]
+    # the filter wins back (0.36 - 0.30) / (0.60 - 0.30) = 0.2 of sprc's loss at 80%, far from the papers'
+    assert checks["room to win"].value == pytest.approx(0.2) and checks["room to win"].verdict == "FAIL"
+    passed = [c for name, c in checks.items() if name != "room to win"]
+    assert all(c.verdict == "pass" for c in passed), [(c.name, c.value) for c in passed]
+
+
+def _room_results(root: Path, clean: list[float], noisy_80: list[float], oracle_80: list[float]) -> list:
+    """Final R@10 per seed of sprc at 0% and 80%, the filter at 80%; at 50% the filter wins back 0.9."""
+    store = ResultsStore(root)
+    for seed, (c, n, o) in enumerate(zip(clean, noisy_80, oracle_80)):
+        _write(store, "sprc", 0.0, seed, {"recall@10": c})
+        _write(store, "sprc", 0.5, seed, {"recall@10": c - 0.2})
+        _write(store, "oracle", 0.5, seed, {"recall@10": c - 0.02})
+        _write(store, "sprc", 0.8, seed, {"recall@10": n})
+        _write(store, "oracle", 0.8, seed, {"recall@10": o})
+    (setting,) = load_results(root).settings
+    return calibration_checks(setting)
+
+
+def test_room_to_win_needs_the_share_on_every_seed_and_the_gap(tmp_path: Path) -> None:
+    """Mean share >= 0.75 at 80% (0.85 at 50%), no seed below TME's FashionIQ share (0.61 at
+    80%), and a mean gap of at least 0.12: each condition alone fails the check."""
+    def room(name: str, clean: list[float], noisy: list[float], oracle: list[float]):
+        return next(c for c in _room_results(tmp_path / name, clean, noisy, oracle) if c.name == "room to win")
+
+    wins = room("wins", [0.6, 0.6], [0.3, 0.3], [0.54, 0.55])  # shares 0.80 and 0.833, gaps 0.24 and 0.25
+    assert wins.value == pytest.approx((0.8 + 0.25 / 0.3) / 2) and wins.verdict == "pass", wins.detail
+    assert "share per seed 0.80, 0.83" in wins.detail and "TME" in wins.detail and "CIRR 0.84-0.91" in wins.detail
+    assert room("short", [0.6, 0.6], [0.3, 0.3], [0.40, 0.41]).verdict == "FAIL"  # shares 0.33, 0.37
+    one_seed_low = room("one-low", [0.6, 0.6, 0.6], [0.3, 0.3, 0.3], [0.58, 0.58, 0.45])  # 0.93, 0.93, 0.50: mean 0.79
+    assert one_seed_low.value >= 0.75 and one_seed_low.verdict == "FAIL"
+    small_gap = room("small-gap", [0.4, 0.4], [0.3, 0.3], [0.39, 0.39])  # share 0.9, gap 0.09
+    assert small_gap.value == pytest.approx(0.9) and small_gap.verdict == "FAIL"
 
 
 def test_gentle_reads_every_epoch(tmp_path: Path) -> None:

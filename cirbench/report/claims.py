@@ -27,8 +27,8 @@ import pandas as pd
 from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
-    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Term, cell_runs, combine_verdicts, difference, kept_set_test,
-    paired_comparison,
+    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
+    kept_set_test, paired_comparison,
 )
 from cirbench.report.selection import describe_rule, rule_view
 from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
@@ -68,6 +68,9 @@ class Check:
     numbers: str
     collapsed: tuple[str, ...] = ()
     """The cells read by the check that collapsed, e.g. ``hug at 50% (seed 0)``."""
+    comparison: Comparison | None = None
+    """The paired comparison behind the numbers (its mean, intervals and threshold), for the
+    forest plot; None for a check that is not a difference (the kept set against chance)."""
 
 
 @dataclass
@@ -118,7 +121,7 @@ def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
     cells = _collapsed_cells(runs, terms)
     if not cells or check.verdict == NOT_RUN:
         return check
-    return Check(check.label, INCONCLUSIVE, check.numbers, cells)
+    return Check(check.label, INCONCLUSIVE, check.numbers, cells, check.comparison)
 
 
 class _Evidence:
@@ -161,7 +164,7 @@ class _Evidence:
             result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
         except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers()), self.runs, terms)
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
                      noise_type: str | None = None, offset: float = 0.0) -> Check:
@@ -179,7 +182,7 @@ class _Evidence:
             )
         except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers()), self.runs, terms)
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
 
     def _sample_point(self, scores: pd.DataFrame, run_id: str, metric: str, noise_type: str | None) -> float:
         values = self.samples.values(scores, [run_id], metric, noise_type, resampled=False)

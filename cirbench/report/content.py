@@ -11,8 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 import cirbench
+from cirbench.report.calibration import room_lines
 from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
+from cirbench.report.forest import claims_forest
 from cirbench.report.glance import at_a_glance
 from cirbench.report.load import TRIAL_LABEL, ReportData, Setting
 from cirbench.report.references import reference_table
@@ -33,6 +35,9 @@ class Section:
     claims: list[Claim] = field(default_factory=list)
     claims_metric: str | None = None
     claims_selection: str = ""
+    room: list[str] = field(default_factory=list)
+    """How much there is to win at each noise rate (the perfect filter's won-back share)."""
+    claims_figure: FigureFile | None = None
 
 
 @dataclass
@@ -108,8 +113,9 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       reproduction_table(setting, published))
         tables = [t for t in candidates if t is not None]
         figures = all_figures(setting, output / setting.slug)
-        sections.append(Section(setting, at_a_glance(setting), tables, figures, paper_claims(setting), claims_metric(setting),
-                                claims_selection(setting)))
+        claims, metric = paper_claims(setting), claims_metric(setting)
+        sections.append(Section(setting, at_a_glance(setting), tables, figures, claims, metric, claims_selection(setting),
+                                room_lines(setting), claims_forest(claims, output / setting.slug, metric)))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

@@ -82,15 +82,17 @@ def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width
     axes = list(np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
-    _title(fig, title, width * ncols)
+    figure_title(fig, title, width * ncols)
     return fig, axes[:n]
 
 
-def _title(fig: Figure, title: str, width_in: float) -> None:
+def figure_title(fig: Figure, title: str, width_in: float) -> None:
+    """Set ``fig``'s title, wrapped to its width."""
     fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width_in * 11)))), fontsize=11)
 
 
-def _save(fig: Figure, out: Path, name: str, title: str, caption: str) -> FigureFile:
+def save_figure(fig: Figure, out: Path, name: str, title: str, caption: str) -> FigureFile:
+    """Write ``fig`` as ``out/<name>.png`` and return it with its title and caption."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
     fig.savefig(path, dpi=DPI)
@@ -143,7 +145,7 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles,
                    extra=[Line2D([], [], **REFERENCE_STYLES.get(name, OTHER_STYLE), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
-    return _save(fig, out, "recall_vs_noise", "Recall vs noise rate",
+    return save_figure(fig, out, "recall_vs_noise", "Recall vs noise rate",
                  "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  "alone; text_only: the text alone) and the bound: sprc trained on the uncorrupted triplets. A red ring "
@@ -203,7 +205,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         ],
         loc="outside lower center", ncols=2, frameon=False,
     )
-    return _save(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
+    return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  "Stacked bars: the set each method kept as clean at the final epoch, split into truly clean "
                  "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
                  "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
@@ -259,7 +261,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
     ncols = len(rates)
     fig = Figure(figsize=(max(4.2 * ncols, 7.5), 3.3 * len(rows) + 1.1), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(rows), ncols, squeeze=False)
-    _title(fig, title, max(4.2 * ncols, 7.5))
+    figure_title(fig, title, max(4.2 * ncols, 7.5))
     for r, (kind, data) in enumerate(rows):
         methods = [m for m in used if m in set(data.method)]
         for c, rate in enumerate(rates):
@@ -285,7 +287,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
     if any(flagged.values()) and not caught.empty:
         handles.append(Line2D([], [], color="0.3", linestyle="--", label="its flag rate (what a random partition catches)"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
-    return _save(fig, out, "detection_by_noise_type", "Detection by noise type",
+    return save_figure(fig, out, "detection_by_noise_type", "Detection by noise type",
                  "Top: the share of each kind of noisy sample (reference image, caption or target image swapped) "
                  "that a partitioning method did not keep as clean; a low bar is noise the method misses. The dashed "
                  "line in a method's colour is the share of all training samples it flagged: a random partition with "
@@ -310,7 +312,7 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
     width = max(3.4 * len(rates), 7.0)
     fig = Figure(figsize=(width, 2.5 * len(methods) + 1.1), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(methods), len(rates), squeeze=False)
-    _title(fig, f"Final-epoch noise-score distributions, seeds pooled (higher = more likely noisy): {setting.describe()}", width)
+    figure_title(fig, f"Final-epoch noise-score distributions, seeds pooled (higher = more likely noisy): {setting.describe()}", width)
     for r, method in enumerate(methods):
         for c, rate in enumerate(rates):
             ax = axes[r][c]
@@ -333,7 +335,7 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
     fig.legend(handles=[Patch(color=CLEAN_COLOUR, alpha=0.6, label="truly clean"),
                         Patch(color=NOISY_COLOUR, alpha=0.6, label="truly noisy")],
                loc="outside lower center", ncols=2, frameon=False)
-    return _save(fig, out, "score_distributions", "Noise-score distributions",
+    return save_figure(fig, out, "score_distributions", "Noise-score distributions",
                  "How well each method's per-sample noise score separates truly clean (blue) from truly noisy "
                  "(pink) training samples; little overlap means a clean separation.")
 
@@ -350,7 +352,7 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
     width = max(4.2 * len(rates), 6.0)
     fig = Figure(figsize=(width, 4.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(rates), squeeze=False)[0]
-    _title(fig, f"ROC of the final-epoch noise score (noisy = positive, mean over seeds): {setting.describe()}", width)
+    figure_title(fig, f"ROC of the final-epoch noise score (noisy = positive, mean over seeds): {setting.describe()}", width)
     for ax, rate in zip(axes, rates):
         for method in setting.methods:
             cell = scores[(scores.method == method) & (scores.noise_rate == rate)]
@@ -376,7 +378,7 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_ylabel("true-positive rate (noisy flagged)")
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
-    return _save(fig, out, "roc_curves", "ROC curves of the noise score",
+    return save_figure(fig, out, "roc_curves", "ROC curves of the noise score",
                  "Each method's noise score as a detector of noisy triplets; the legend gives the AUROC "
                  "(mean ± std over seeds).")
 
@@ -423,7 +425,7 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     _method_legend(fig, setting, [m for m in setting.methods if m in used], styles, extra=[_collapse_handle()] if ringed else None)
-    return _save(fig, out, "validation_curves", f"Validation {column} per epoch",
+    return save_figure(fig, out, "validation_curves", f"Validation {column} per epoch",
                  "How retrieval develops during training at each noise rate; a red ring on the last epoch marks a "
                  "method that collapsed on a seed at that rate (see Collapsed cells).")
 
@@ -479,7 +481,7 @@ def training_curves(setting: Setting, method: str, out: Path) -> FigureFile | No
     handles = [Line2D([], [], color=c, label=f"noise {rate_label(r)}{setting.collapse_mark(method, r)}") for c, r in zip(colours, rates)]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in method)
-    return _save(fig, out, f"training_{safe}", f"Training curves: {_label(setting, method)}",
+    return save_figure(fig, out, f"training_{safe}", f"Training curves: {_label(setting, method)}",
                  "The total loss and each component the method logs, per step (mean over seeds, lightly smoothed; "
                  f"x in epochs), and the validation recall after each epoch, one line per noise rate ({COLLAPSE_MARK}: "
                  "collapsed on a seed at that rate).")

@@ -13,6 +13,7 @@ from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line
 from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
 from cirbench.report.content import ReportContent
 from cirbench.report.load import Setting
+from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
 from cirbench.report.tables import to_html
 
 STYLE = """
@@ -97,11 +98,18 @@ def render_html(content: ReportContent) -> str:
         if section.glance:
             items = "".join(f"<li>{html.escape(g)}</li>" for g in section.glance)
             out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
+        if section.room:
+            items = "".join(f"<li>{html.escape(line)}</li>" for line in section.room)
+            out += [f"<h3>{html.escape(ROOM_TITLE)}</h3>", f'<p class="note">{html.escape(ROOM_INTRO)}</p>',
+                    f'<ul class="glance">{items}</ul>']
         if section.claims:
             intro = claims_intro(section.claims_metric, section.claims_selection)
             out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(intro)}</p>',
                     f"<p><strong>{html.escape(verdict_summary(section.claims))}</strong></p>",
                     claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
+        if section.claims_figure is not None:
+            figure = section.claims_figure
+            out.append(f"<figure>{_image(figure.path)}<figcaption>{html.escape(figure.caption)}</figcaption></figure>")
         out += [f"<h3>{html.escape(COLLAPSED_TITLE)}</h3>", collapsed_html(section.setting)]
         for table in section.tables:
             out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]

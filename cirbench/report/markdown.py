@@ -11,6 +11,7 @@ from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line
 from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
 from cirbench.report.content import ReportContent
 from cirbench.report.load import Setting
+from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
 from cirbench.report.tables import to_markdown
 
 
@@ -55,9 +56,14 @@ def render_markdown(content: ReportContent, output: Path) -> str:
         parts += [f"## {section.setting.describe()}", ""]
         if section.glance:
             parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
+        if section.room:
+            parts += [f"### {ROOM_TITLE}", "", ROOM_INTRO, ""] + [f"- {line}" for line in section.room] + [""]
         if section.claims:
             parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric, section.claims_selection), "",
                       f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
+        if section.claims_figure is not None:
+            figure = section.claims_figure
+            parts += [figure.caption, "", f"![{figure.title}]({figure.path.relative_to(output).as_posix()})", ""]
         parts += [f"### {COLLAPSED_TITLE}", "", collapsed_markdown(section.setting), ""]
         for table in section.tables:
             parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
