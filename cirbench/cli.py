@@ -21,7 +21,7 @@ from cirbench.cli_options import (
     NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
 from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, resolved_holdout, run_here, validated_grid
-from cirbench.cli_tools import data_app, list_, predict, results_app
+from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -76,7 +76,7 @@ def run(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
-        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=resolved_holdout(holdout, dataset), precision=precision,
+        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
         gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
@@ -217,6 +217,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(data_app, name="data")
 app.command()(predict)
 app.command("list")(list_)
+app.command("check-plugin")(check_plugin)
 
 if __name__ == "__main__":
     app()

@@ -33,7 +33,9 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
 
 def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
-    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""
+    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded.
+    A ``holdout`` of None in ``fields`` is the dataset's default, resolved once the plugins
+    (which may define the dataset) are registered."""
     from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.plugins import discover_methods
@@ -42,6 +44,7 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
         discovery = discover_methods(list(plugin))
         if discovery.errors:
             raise GridError("; ".join(discovery.errors))
+        fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
         labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
         overrides = parse_overrides(list(set_))
         rates = _split(noise, float, "--noise") if noise is not None else None

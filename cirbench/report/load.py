@@ -21,7 +21,6 @@ from cirbench.results.verify import check_folder
 SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
-NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
 TRIAL_LABEL = re.compile(r"(?P<method>[^:]+):trial(?P<trial>\d+)")
 """A sweep row's label (``cirbench.engine.sweep``, named here so that reading results imports no torch)."""
 TEXT_ONLY_ROW = "text_only"
@@ -135,6 +134,15 @@ class Setting:
     def collapse_mark(self, method: str, rate: float) -> str:
         """:data:`COLLAPSE_MARK` when ``method`` at ``rate`` collapsed on any seed, else ``""``."""
         return COLLAPSE_MARK if self.collapse_counts(method, rate)[0] else ""
+
+    @property
+    def noise_types(self) -> list[str]:
+        """The noise types of this setting's results (what a noisy triplet had done to it:
+        ``reference``, ``caption``, ``target`` for the built-in protocols, any name a plugin
+        protocol records), in the order the ``purity`` table first lists them."""
+        if self.purity.empty:
+            return []
+        return [str(t) for t in pd.unique(self.purity.noise_type) if t not in ("all", "clean")]
 
     @property
     def rates(self) -> list[float]:
