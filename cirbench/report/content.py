@@ -14,7 +14,8 @@ import cirbench
 from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.glance import at_a_glance
-from cirbench.report.load import TRIAL_LABEL, ReportData, Setting
+from cirbench.report.load import ReportData, Setting
+from cirbench.results.labels import TRIAL_LABEL
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
 from cirbench.report.selection import selection_table
