@@ -164,7 +164,9 @@ def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: 
         return
     if cls.name in registry:
         winner = registry.entry(cls.name).source
-        if winner != source:  # the same file found again (a second discovery in this process) is no collision
+        if winner == source:  # the same file found again (a second discovery in this process): no collision
+            discovery.found.append((kind.name, cls.name, source))
+        else:
             discovery.problems.append(f"{kind.name} {cls.name!r} from {source} ignored: the name is taken by {winner}")
         return
     try:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cirbench"
-CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_tools", "cirbench.show"}
+CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_study", "cirbench.cli_tools",
+               "cirbench.show"}
 LAYERS: list[tuple[str, ...]] = [
     # rank 0: shared utilities with no cirbench dependency above them
     ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.losses",
-     "cirbench.ot", "cirbench.search"),
+     "cirbench.ot", "cirbench.search", "cirbench.study"),
     ("cirbench.data",),
     ("cirbench.backbones",),
     ("cirbench.method", "cirbench.plugins", "cirbench.checkpoint"),
