@@ -21,9 +21,11 @@ from cirbench.cli_options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
     NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
-from cirbench.cli_grid import DEFAULT_NOISE, launch, preflight_grid, print_summary, resolved_holdout, run_here, validated_grid
+from cirbench.cli_grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, run_here, sweep_grid,
+                               validated_grid, write_report)
 from cirbench.cli_start import start_app
-from cirbench.cli_tools import data_app, list_, predict, results_app
+from cirbench.cli_study import study
+from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -78,14 +80,14 @@ def run(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
-        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=resolved_holdout(holdout, dataset), precision=precision,
+        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
         gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
     outcomes = run_here(grid, jobs)
     print_summary(grid, outcomes)
     if report_ and is_main_process():  # under torchrun, rank 0 alone writes the report
-        _build_report(output, report_dir)
+        write_report(output, report_dir)
     barrier()  # under torchrun, a rank exiting 1 makes torchrun stop the others: wait for rank 0's report
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
@@ -109,18 +111,7 @@ def sweep(
 ) -> None:
     """Tune every method with the same budget: --trials configurations each, run as ordinary
     cells <method>:trial<k> (resumable, parallel), selected on the held-out split by the report."""
-    from cirbench.engine.sweep import SweepError, sweep_rows
-    from cirbench.plugins import discover_methods
-
-    if not 0.0 < holdout < 1.0:
-        _fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
-    discovery = discover_methods(list(plugin))
-    try:
-        labels, overrides = sweep_rows(_split(methods, str, "--methods"), trials, discovery, backbone)
-    except (SweepError, KeyError) as exc:
-        _fail(str(exc).strip("'\""))
-    sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
-    grid = validated_grid(",".join(labels), noise, None, sets, plugin, dict(
+    grid = sweep_grid(_split(methods, str, "--methods"), noise, trials, plugin, dict(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), device=device, dataset_options=_dataset_options(dataset_option),
@@ -145,60 +136,16 @@ def calibrate(
     Runs sprc at 0, 50 and 80% noise, the perfect filter at 50 and 80% and the reference rows
     (finished cells in --output are reused), then prints each calibration figure beside its target.
     """
-    from cirbench.engine.calibrate import calibration_grid
-    from cirbench.engine.grid import GridError, GridSpec
-
-    try:
-        grid = calibration_grid(GridSpec(
-            methods=["sprc"], noise_rates=[0.0], seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone,
-            weights=weights, noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output,
-            cache_dir=cache_dir, data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device,
-            precision=precision, holdout=resolved_holdout(holdout, dataset),
-        ))
-    except GridError as exc:
-        _fail(str(exc))
-    preflight_grid(grid)
+    grid = calibrate_grid(dict(
+        seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
+        noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
+        data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device, precision=precision,
+        holdout=holdout))
     failed = [o for o in run_here(grid, jobs) if o.status == "failed"]
     for o in failed:
         console.print(f"[red]{o.cell.key.method} at {o.cell.key.noise_rate:g}, seed {o.cell.key.seed} failed: {escape(o.error)}[/]")
-    if not _calibration_checks(grid, seeds) or failed:
+    if not calibration_checks(grid, seeds) or failed:
         raise typer.Exit(1)
-
-
-def _calibration_checks(grid, seeds: str) -> bool:
-    """Print the calibration checks of ``grid``'s setting and write them to calibration.md;
-    whether none failed."""
-    from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
-    from cirbench.report.calibration import checks_markdown, run_calibration_checks
-    from cirbench.results.atomic import atomic_write_text
-
-    spec = grid.spec
-    try:
-        checks = run_calibration_checks(spec.output, dataset_label(spec), backbone_label(spec), spec.noise_protocol)
-    except ValueError as exc:
-        _fail(str(exc))
-    show.calibration(console, checks, f"calibration: {dataset_label(spec)} / {backbone_label(spec)} / "
-                                      f"{spec.noise_protocol}, seeds {seeds}")
-    path = spec.output / "calibration.md"
-    atomic_write_text(checks_markdown(checks) + "\n", path)
-    console.print(f"written: {path}")
-    return all(c.passed is not False for c in checks)
-
-
-def _build_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
-    """Build the report of ``results`` into ``output``; whether it was written (else the error is printed)."""
-    from cirbench.report import ReportError, build_report
-    from cirbench.report.published import PublishedFileError
-    from cirbench.results.store import ResultsFolderError
-
-    try:
-        page = build_report(results, output, published or [])
-    except (ReportError, PublishedFileError, ResultsFolderError) as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        return False
-    console.print(f"report written: {page} and {output / 'report.md'}")
-    return True
 
 
 @app.command()
@@ -211,7 +158,7 @@ def report(
 ) -> None:
     """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
     FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
-    if not _build_report(results, output, published):
+    if not write_report(results, output, published):
         raise typer.Exit(2)
 
 
@@ -220,6 +167,8 @@ app.add_typer(data_app, name="data")
 app.add_typer(start_app, name="start")
 app.command()(predict)
 app.command("list")(list_)
+app.command("check-plugin")(check_plugin)
+app.command()(study)
 
 if __name__ == "__main__":
     app()

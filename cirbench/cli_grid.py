@@ -33,7 +33,9 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
 
 def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
-    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded."""
+    --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded.
+    A ``holdout`` of None in ``fields`` is the dataset's default, resolved once the plugins
+    (which may define the dataset) are registered."""
     from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
     from cirbench.engine.grid import Grid, GridError, GridSpec
     from cirbench.plugins import discover_methods
@@ -42,6 +44,7 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
         discovery = discover_methods(list(plugin))
         if discovery.errors:
             raise GridError("; ".join(discovery.errors))
+        fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
         labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
         overrides = parse_overrides(list(set_))
         rates = _split(noise, float, "--noise") if noise is not None else None
@@ -130,3 +133,72 @@ def print_summary(grid, outcomes: list) -> None:
     spec = grid.spec
     show.summary(console, summary, f"cirbench run: {dataset_label(spec)} / {backbone_label(spec)} / "
                                    f"{spec.noise_protocol} -> {spec.output}")
+
+
+def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[Path], fields: dict):
+    """The validated grid of ``cirbench sweep``: ``trials`` rows per method (trial 0 the
+    defaults, :mod:`cirbench.engine.sweep`), the other ``fields`` as in :func:`validated_grid`."""
+    from cirbench.engine.sweep import SweepError, sweep_rows
+    from cirbench.plugins import discover_methods
+
+    holdout = fields["holdout"]
+    if not 0.0 < holdout < 1.0:
+        _fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
+    discovery = discover_methods(list(plugin))
+    try:
+        labels, overrides = sweep_rows(methods, trials, discovery, fields.get("backbone", "tiny"))
+    except (SweepError, KeyError) as exc:
+        _fail(str(exc).strip("'\""))
+    sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
+    return validated_grid(",".join(labels), noise, None, sets, plugin, fields)
+
+
+def calibrate_grid(fields: dict):
+    """The calibration grid of ``cirbench calibrate`` (:mod:`cirbench.engine.calibrate`) on the
+    setting of ``fields`` (a ``holdout`` of None: the dataset's default), pre-flighted."""
+    from cirbench.engine.calibrate import calibration_grid
+    from cirbench.engine.grid import GridError, GridSpec
+
+    fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
+    try:
+        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields))
+    except GridError as exc:
+        _fail(str(exc))
+    preflight_grid(grid)
+    return grid
+
+
+def calibration_checks(grid, seeds: str) -> bool:
+    """Print the calibration checks of ``grid``'s setting and write them to calibration.md;
+    whether none failed."""
+    from cirbench import show
+    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.report.calibration import checks_markdown, run_calibration_checks
+    from cirbench.results.atomic import atomic_write_text
+
+    spec = grid.spec
+    try:
+        checks = run_calibration_checks(spec.output, dataset_label(spec), backbone_label(spec), spec.noise_protocol)
+    except ValueError as exc:
+        _fail(str(exc))
+    show.calibration(console, checks, f"calibration: {dataset_label(spec)} / {backbone_label(spec)} / "
+                                      f"{spec.noise_protocol}, seeds {seeds}")
+    path = spec.output / "calibration.md"
+    atomic_write_text(checks_markdown(checks) + "\n", path)
+    console.print(f"written: {path}")
+    return all(c.passed is not False for c in checks)
+
+
+def write_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
+    """Build the report of ``results`` into ``output``; whether it was written (else the error is printed)."""
+    from cirbench.report import ReportError, build_report
+    from cirbench.report.published import PublishedFileError
+    from cirbench.results.store import ResultsFolderError
+
+    try:
+        page = build_report(results, output, published or [])
+    except (ReportError, PublishedFileError, ResultsFolderError) as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return False
+    console.print(f"report written: {page} and {output / 'report.md'}")
+    return True

@@ -42,7 +42,8 @@ CacheDir = Annotated[Path, Opt("--cache-dir", help="Where generated data, featur
 Device = Annotated[str, Opt("--device", help="torch device, e.g. cpu or cuda (under torchrun: cuda:<LOCAL_RANK>).")]
 Precision = Annotated[str, Opt("--precision", help="fp32, or bf16: the backbone's passes autocast to bfloat16 (losses stay float32).")]
 Jobs = Annotated[int, Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help=JOBS_HELP)]
-Plugins = Annotated[list[Path], Opt("--plugin", help="A Python file defining a method plugin; repeatable.")]
+Plugins = Annotated[list[Path], Opt("--plugin", help="A Python file, or a folder of them, defining plugins: methods, "
+                                   "datasets, noise protocols or backbones; repeatable.")]
 Results = Annotated[Path, Opt("--results", "-r", help="Results directory (parquet tables).")]
 Holdout = Annotated[Optional[float], Opt("--holdout", show_default=False, help="Share of the noisy training triplets "
                                "held out, noise included, and evaluated every epoch to select epochs and trials on "

@@ -129,29 +129,47 @@ def predict(
         console.print(f"wrote {path}")
 
 
-def list_(what: str = typer.Argument(..., help="methods | datasets | backbones | noise")) -> None:
-    """List the registered methods, datasets, backbones or noise protocols."""
-    from cirbench.backbones.registry import BACKBONES
-    from cirbench.data.noise import NOISE_PROTOCOLS
-    from cirbench.data.registry import DATASETS
-    from cirbench.plugins import discover_methods
+def list_(
+    what: str = typer.Argument(..., help="methods | datasets | backbones | noise"),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A plugin file or folder to list too; repeatable."),
+) -> None:
+    """List the registered methods, datasets, backbones or noise protocols, plugins included."""
+    from cirbench.plugins import discover
 
-    table = Table(show_header=True)
-    table.add_column("name")
-    table.add_column("description")
-    if what == "methods":
-        discovery = discover_methods()
-        table.add_column("source")
-        for name in discovery.methods:
-            entry = discovery.methods.entry(name)
-            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
-            table.add_row(name, f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})", entry.source)
-        for problem in discovery.problems:
-            console.print(f"[yellow]warning:[/] {problem}")
-    elif what in ("datasets", "backbones", "noise"):
-        registry = {"datasets": DATASETS, "backbones": BACKBONES, "noise": NOISE_PROTOCOLS}[what]
-        for name in registry:
-            table.add_row(name, getattr(registry.get(name), "description", ""))
-    else:
+    kinds = {"methods": "method", "datasets": "dataset", "backbones": "backbone", "noise": "noise protocol"}
+    if what not in kinds:
         _fail(f"cannot list {what!r}; choose methods, datasets, backbones or noise")
+    discovery = discover(list(plugin))
+    registry = discovery.registries[kinds[what]]
+    table = Table(show_header=True)
+    for column in ("name", "description", "source"):
+        table.add_column(column)
+    for name in registry:
+        entry = registry.entry(name)
+        if what == "methods":
+            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
+            description = f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})"
+        else:
+            description = getattr(entry.obj, "description", "")
+        table.add_row(name, description, entry.source)
+    for problem in discovery.problems + discovery.errors:
+        console.print(f"[yellow]warning:[/] {escape(problem)}")
     console.print(table)
+
+
+def check_plugin(
+    path: Path = typer.Argument(..., help="A plugin file (or folder of them) to check."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the checks' small data and caches go."),
+) -> None:
+    """Check every plugin a file defines against what its kind must provide (a method, a
+    dataset, a noise protocol, a backbone: cirbench/engine/conformance.py); exit 1 on a problem."""
+    from cirbench.engine.conformance import check_plugin_file
+
+    results = check_plugin_file(path, cache_dir)
+    for plugin, problems in results.items():
+        if problems:
+            console.print(f"[red]{escape(plugin)}[/]: " + "; ".join(escape(p) for p in problems))
+        else:
+            console.print(f"[green]{escape(plugin)}: conforms[/]")
+    if any(results.values()):
+        raise typer.Exit(1)

@@ -1,14 +1,26 @@
-"""Method discovery: built-ins from ``methods/``, a user's files, installed packages.
+"""Plugin discovery: methods, datasets, noise protocols and backbones, from built-in files, a
+user's files and folders, and installed packages.
 
-All three paths end in the same place. Built-in plugins are plain files in the repository's
+All paths end in the same place. Built-in methods are plain files in the repository's
 ``methods/`` folder (installed as the ``cirbench_methods`` package) and are loaded by
-:func:`load_plugin_file` exactly like a user's ``--plugin path.py`` (or a path listed in
-``CIRBENCH_PLUGINS``); installed distributions expose methods through the entry-point
-group ``cirbench.methods``. Built-ins win a name collision (the loser is reported); a
-plugin that fails to import is reported and fails only when it is selected, except a file
-the user named (``plugin_files``: ``--plugin``), which is an error (:attr:`Discovery.errors`,
-refused by the grid before any work). A class that does not implement ``training_step``
-is never registered (``Method`` is an ``nn.Module``: ``@abstractmethod`` is not enforced).
+:func:`load_plugin_file` exactly like a user's ``--plugin path.py`` (or ``--plugin folder/``:
+every ``*.py`` in it; or a path listed in ``CIRBENCH_PLUGINS``). A plugin file may define a
+plugin of any of the four kinds (:data:`KINDS`): a class with a ``name`` subclassing
+:class:`~cirbench.method.Method`, :class:`~cirbench.data.loader.DatasetLoader`,
+:class:`~cirbench.data.proposal.NoiseProtocol` or
+:class:`~cirbench.backbones.registry.BackboneFactory`. Installed distributions expose
+them through the entry-point groups ``cirbench.methods``, ``cirbench.datasets``,
+``cirbench.noise`` and ``cirbench.backbones``.
+
+Methods go into the :class:`Discovery`'s own registry; datasets, noise protocols and
+backbones into the harness's registries (``DATASETS``, ``NOISE_PROTOCOLS``, ``BACKBONES``),
+where every module that resolves a name finds them. Built-ins win a name collision (the
+loser is reported); a plugin that fails to import is reported and fails only when it is
+selected, except a file the user named (``plugin_files``: ``--plugin``), which is an error
+(:attr:`Discovery.errors`, refused by the grid before any work): a file or folder that is
+missing, does not import, or defines no usable plugin. A class that does not implement its
+kind's required method (``training_step``, ``__call__``, ``propose``) is never registered
+(``Method`` is an ``nn.Module``: ``@abstractmethod`` is not enforced).
 """
 
 from __future__ import annotations
@@ -23,7 +35,13 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from cirbench.backbones.registry import BACKBONES, BackboneFactory
+from cirbench.data.loader import DatasetLoader
+from cirbench.data.noise import NOISE_PROTOCOLS
+from cirbench.data.proposal import NoiseProtocol
+from cirbench.data.registry import DATASETS
 from cirbench.method import Method
 from cirbench.registry import Registry
 
@@ -31,14 +49,50 @@ METHOD_ENTRY_POINT_GROUP = "cirbench.methods"
 PLUGINS_ENV = "CIRBENCH_PLUGINS"
 
 
+@dataclass(frozen=True)
+class Kind:
+    """One kind of plugin: its base class, the method a plugin must implement (and how it
+    is called, for the error), its entry-point group, and whether its registry holds
+    instances (built with no arguments) or the classes themselves."""
+
+    name: str
+    base: type
+    required: str
+    signature: str
+    group: str
+    instances: bool
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("method", Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput", METHOD_ENTRY_POINT_GROUP,
+         False),
+    Kind("dataset", DatasetLoader, "__call__", "__call__(self, cache_dir, data_root, options=None, allow_missing=False) "
+         "-> CIRDataset", "cirbench.datasets", True),
+    Kind("noise protocol", NoiseProtocol, "propose", "propose(self, split, rate, rng, context) -> Proposal", "cirbench.noise",
+         False),
+    Kind("backbone", BackboneFactory, "__call__", "__call__(self, seed, cache_dir, weights) -> Backbone", "cirbench.backbones",
+         True),
+)
+KIND_NAMES: str = ", ".join(f"{kind.base.__name__} ({kind.name})" for kind in KINDS)
+
+
 @dataclass
 class Discovery:
     """The method registry plus what went wrong while filling it: ``problems`` (warnings)
-    and ``errors``, the problems of the files the user named, which stop a run."""
+    and ``errors``, the problems of the files the user named, which stop a run.
+    ``registries`` maps each kind's name to its registry (``methods`` for methods, the
+    harness's own for the others); ``found`` lists each plugin registered, as
+    (kind, name, source)."""
 
     methods: Registry[type[Method]]
     problems: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    found: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def registries(self) -> dict[str, Registry[Any]]:
+        """Each kind's registry, by kind name."""
+        return {"method": self.methods, "dataset": DATASETS, "noise protocol": NOISE_PROTOCOLS, "backbone": BACKBONES}
 
 
 def builtin_methods_dir() -> Path:
@@ -72,37 +126,60 @@ def load_plugin_file(path: Path, module_name: str | None = None) -> ModuleType:
     return module
 
 
-def methods_in(module: ModuleType) -> list[type[Method]]:
-    """The concrete :class:`Method` subclasses defined in ``module`` itself."""
+def plugins_in(module: ModuleType, kind: Kind) -> list[type]:
+    """The classes of ``kind`` (subclasses of its base with a ``name``) defined in ``module`` itself."""
     return [
         obj
         for obj in vars(module).values()
         if inspect.isclass(obj)
-        and issubclass(obj, Method)
+        and issubclass(obj, kind.base)
         and obj.__module__ == module.__name__
         and isinstance(getattr(obj, "name", None), str)
     ]
 
 
+def methods_in(module: ModuleType) -> list[type[Method]]:
+    """The concrete :class:`Method` subclasses defined in ``module`` itself."""
+    return plugins_in(module, KINDS[0])
+
+
+def implements(cls: type, kind: Kind) -> bool:
+    """Whether ``cls`` (or a base class other than ``kind``'s base) overrides its required method."""
+    return getattr(cls, kind.required, None) is not getattr(kind.base, kind.required)
+
+
 def implements_training_step(cls: type[Method]) -> bool:
     """Whether ``cls`` (or a base class other than :class:`Method`) overrides ``training_step``."""
-    return getattr(cls, "training_step", None) is not Method.training_step
+    return implements(cls, KINDS[0])
 
 
-def _register(discovery: Discovery, cls: type[Method], source: str, strict: bool = False) -> None:
-    if not implements_training_step(cls):
-        reason = (f"{source}: class {cls.__qualname__} (method {cls.name!r}) does not implement "
-                  "training_step(self, batch, epoch, step) -> StepOutput")
-        discovery.methods.add_broken(cls.name, reason)
+def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: bool = False) -> None:
+    registry = discovery.registries[kind.name]
+    if not implements(cls, kind):
+        reason = (f"{source}: class {cls.__qualname__} ({kind.name} {cls.name!r}) does not implement {kind.signature}")
+        registry.add_broken(cls.name, reason)
         discovery.problems.append(reason)
         if strict:
             discovery.errors.append(f"--plugin {reason}")
         return
-    if cls.name in discovery.methods:
-        winner = discovery.methods.entry(cls.name).source
-        discovery.problems.append(f"method {cls.name!r} from {source} ignored: the name is taken by {winner}")
+    if cls.name in registry:
+        winner = registry.entry(cls.name).source
+        if winner == source:  # the same file found again (a second discovery in this process): no collision
+            discovery.found.append((kind.name, cls.name, source))
+        else:
+            discovery.problems.append(f"{kind.name} {cls.name!r} from {source} ignored: the name is taken by {winner}")
         return
-    discovery.methods.add(cls.name, cls, source)
+    try:
+        obj = cls() if kind.instances else cls
+    except Exception as exc:
+        reason = f"{source}: {kind.name} {cls.name!r} cannot be built with no arguments: {_short_error(exc)}"
+        registry.add_broken(cls.name, reason)
+        discovery.problems.append(reason)
+        if strict:
+            discovery.errors.append(f"--plugin {reason}")
+        return
+    registry.add(cls.name, obj, source)
+    discovery.found.append((kind.name, cls.name, source))
 
 
 def _short_error(exc: BaseException) -> str:
@@ -122,50 +199,73 @@ def import_error(path: Path, exc: BaseException) -> str:
     return f"{where}: {' '.join(_short_error(exc).split())}"
 
 
-def discover_methods(plugin_files: list[Path] | None = None) -> Discovery:
-    """Build the method registry: built-ins, then the user's files, then entry points."""
-    discovery = Discovery(Registry("method"))
-    for path in sorted(builtin_methods_dir().glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        try:
-            module = load_plugin_file(path, f"cirbench_methods.{path.stem}")
-        except Exception as exc:  # a broken plugin must not take the others down
-            discovery.methods.add_broken(path.stem, f"{path}: {_short_error(exc)}")
-            discovery.problems.append(f"built-in plugin {path.name} failed to load: {_short_error(exc)}")
-            continue
-        for cls in methods_in(module):
-            _register(discovery, cls, f"built-in {path.name}")
+def plugin_paths(paths: list[Path]) -> list[Path]:
+    """The plugin files of ``paths``: a file as it is, a folder as its ``*.py`` files
+    (sorted, those starting with ``_`` left out)."""
+    files = []
+    for path in map(Path, paths):
+        files += [f for f in sorted(path.glob("*.py")) if not f.name.startswith("_")] if path.is_dir() else [path]
+    return files
 
-    env_files = [Path(p) for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p]
-    named = {Path(p).resolve() for p in plugin_files or []}
-    for path in [*env_files, *(plugin_files or [])]:
-        strict = Path(path).resolve() in named
-        try:
-            module = load_plugin_file(path)
-        except Exception as exc:
-            discovery.methods.add_broken(Path(path).stem, f"{path}: {_short_error(exc)}")
-            discovery.problems.append(f"plugin file {path} failed to load: {_short_error(exc)}")
-            if strict:
-                why = "no such file" if not Path(path).is_file() else f"cannot be imported: {import_error(Path(path), exc)}"
-                discovery.errors.append(f"--plugin {path}: {why}")
-            continue
-        found = methods_in(module)
-        if not found:
-            discovery.problems.append(f"plugin file {path} defines no Method subclass with a name")
-        for cls in found:
-            _register(discovery, cls, f"file {Path(path).resolve()}", strict)
 
-    for ep in entry_points(group=METHOD_ENTRY_POINT_GROUP):
+def _load_file(discovery: Discovery, path: Path, strict: bool, builtin: bool = False) -> None:
+    """Register every plugin ``path`` defines; a file that cannot be imported or (``strict``)
+    defines none is an error of the user's ``--plugin``."""
+    try:
+        module = load_plugin_file(path, f"cirbench_methods.{path.stem}" if builtin else None)
+    except Exception as exc:  # a broken plugin must not take the others down
+        discovery.methods.add_broken(path.stem, f"{path}: {_short_error(exc)}")
+        what = f"built-in plugin {path.name}" if builtin else f"plugin file {path}"
+        discovery.problems.append(f"{what} failed to load: {_short_error(exc)}")
+        if strict:
+            why = "no such file" if not Path(path).is_file() else f"cannot be imported: {import_error(Path(path), exc)}"
+            discovery.errors.append(f"--plugin {path}: {why}")
+        return
+    source = f"built-in {path.name}" if builtin else f"file {Path(path).resolve()}"
+    found = [(kind, cls) for kind in KINDS for cls in plugins_in(module, kind)]
+    if not found and not builtin:
+        reason = f"plugin file {path} defines no plugin: no class with a `name` subclassing {KIND_NAMES}"
+        discovery.problems.append(reason)
+        if strict:
+            discovery.errors.append(f"--plugin {path}: defines no plugin (a class with a `name` subclassing {KIND_NAMES})")
+    for kind, cls in found:
+        _register(discovery, kind, cls, source, strict)
+
+
+def _load_entry_points(discovery: Discovery, kind: Kind) -> None:
+    for ep in entry_points(group=kind.group):
         source = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
         try:
             cls = ep.load()
         except Exception as exc:
-            discovery.methods.add_broken(ep.name, f"{source}: {_short_error(exc)}")
+            discovery.registries[kind.name].add_broken(ep.name, f"{source}: {_short_error(exc)}")
             discovery.problems.append(f"entry point {ep.name!r} ({source}) failed to load: {_short_error(exc)}")
             continue
-        if not (inspect.isclass(cls) and issubclass(cls, Method)):
-            discovery.problems.append(f"entry point {ep.name!r} ({source}) is not a Method subclass")
+        if not (inspect.isclass(cls) and issubclass(cls, kind.base) and isinstance(getattr(cls, "name", None), str)):
+            discovery.problems.append(f"entry point {ep.name!r} ({source}) is not a {kind.base.__name__} subclass with a name")
             continue
-        _register(discovery, cls, source)
+        _register(discovery, kind, cls, source)
+
+
+def discover(plugin_files: list[Path] | None = None) -> Discovery:
+    """Find every plugin: built-in methods, then the user's files and folders (the
+    environment's, then ``plugin_files``), then entry points (see the module docstring)."""
+    discovery = Discovery(Registry("method"))
+    for path in sorted(builtin_methods_dir().glob("*.py")):
+        if not path.name.startswith("_"):
+            _load_file(discovery, path, strict=False, builtin=True)
+    env_paths = [Path(p) for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p]
+    for paths, strict in ((env_paths, False), (list(plugin_files or []), True)):
+        for path in plugin_paths(paths):
+            _load_file(discovery, path, strict)
+        for folder in (p for p in map(Path, paths) if p.is_dir() and not any(p.glob("[!_]*.py"))):
+            discovery.problems.append(f"plugin folder {folder} holds no plugin file (*.py)")
+            if strict:
+                discovery.errors.append(f"--plugin {folder}: a folder with no plugin file (*.py) in it")
+    for kind in KINDS:
+        _load_entry_points(discovery, kind)
     return discovery
+
+
+discover_methods = discover
+"""The name the callers of a method registry use: discovery finds every kind at once."""

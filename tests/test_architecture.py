@@ -17,12 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cirbench"
-CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_start", "cirbench.cli_tools",
+CLI_MODULES = {"cirbench.cli", "cirbench.cli_grid", "cirbench.cli_options", "cirbench.cli_start", "cirbench.cli_study",
+               "cirbench.cli_tools",
                "cirbench.show"}
 LAYERS: list[tuple[str, ...]] = [
     # rank 0: shared utilities with no cirbench dependency above them
     ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.losses",
-     "cirbench.ot", "cirbench.search"),
+     "cirbench.ot", "cirbench.search", "cirbench.study"),
     ("cirbench.data",),
     ("cirbench.backbones",),
     ("cirbench.method", "cirbench.plugins", "cirbench.checkpoint"),
@@ -166,3 +167,25 @@ def test_help_imports_no_torch() -> None:
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_report_imports_nothing_from_the_engine() -> None:
+    """What a report needs of the engine's rules and labels lives in ``cirbench/results/``."""
+    found = sorted(f"{module} -> {target}" for module, targets in _graph().items() if module.startswith("cirbench.report")
+                   for target in targets if target.startswith("cirbench.engine"))
+    assert found == []
+
+
+CELL_LIFE = {"train_cell", "inject_noise", "hold_out", "collapse_reason", "evaluate", "write_run", "CellLock",
+             "check_start", "save_checkpoint", "confirm_cell", "settle_failure"}
+"""What a cell's life calls (:mod:`cirbench.engine.cell`): none of it belongs in the grid."""
+
+
+def test_the_grid_holds_no_cells_life() -> None:
+    """``grid.py`` turns a spec into cells and says which are pending; it neither imports
+    nor calls the noise, the held-out split, training, the collapse check or the write."""
+    tree = ast.parse((PACKAGE / "engine" / "grid.py").read_text())
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    used |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert sorted(used & CELL_LIFE) == []

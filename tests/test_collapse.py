@@ -1,4 +1,4 @@
-"""The collapse guard (cirbench.engine.collapse): the rule on constructed metrics and losses,
+"""The collapse guard (cirbench.results.collapse): the rule on constructed metrics and losses,
 and the ``collapsed`` / ``collapse_reason`` columns a grid cell's ``runs`` row carries."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from cirbench import cli_grid
-from cirbench.engine.collapse import collapse_reason, final_recall
+from cirbench.results.collapse import collapse_reason, final_recall
+from cirbench.engine import cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
 
 TEXT_ONLY = 0.013
@@ -89,18 +90,18 @@ def _grid(tmp_path: Path, cache_dir: Path) -> Grid:
 def test_text_only_is_read_from_the_store_or_evaluated_with_the_starting_backbone(tmp_path: Path, cache_dir: Path) -> None:
     grid = _grid(tmp_path, cache_dir)
     cell = grid.cells[0]
-    dataset, backbone, tokens = grid._start(cell.key, {}, lambda m: None)
-    evaluated = grid.text_only_recall(cell.key, dataset, backbone, tokens)  # no reference row recorded yet
+    dataset, backbone, tokens = cell_module.start(grid, cell.key, {}, lambda m: None)
+    evaluated = cell_module.text_only_recall(grid, cell.key, dataset, backbone, tokens)  # no reference row recorded yet
     (text_only,) = [c for c in grid.reference_cells() if c.key.method == "text_only"]
     assert grid.run_reference(text_only, announce=lambda m: None).status == "completed"
-    stored = grid.text_only_recall(cell.key, dataset, None, None)  # read from the store: needs no backbone
+    stored = cell_module.text_only_recall(grid, cell.key, dataset, None, None)  # read from the store: needs no backbone
     assert 0.0 < stored == evaluated
 
 
 def test_a_grid_cell_records_the_flag_and_keeps_its_numbers(tmp_path: Path, cache_dir: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     grid = _grid(tmp_path, cache_dir)
-    monkeypatch.setattr(Grid, "text_only_recall", lambda self, *args: 1.5)  # a reference no cell reaches
+    monkeypatch.setattr(cell_module, "text_only_recall", lambda *args: 1.5)  # a reference no cell reaches
     outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
     runs = pd.read_parquet(tmp_path / "results" / "runs")

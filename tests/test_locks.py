@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import cirbench.engine.grid as grid_module
+import cirbench.engine.cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.results.locks import STALE_AFTER_SECONDS, CellLock, live_holder, live_locks, lock_path
 
@@ -81,7 +81,7 @@ def test_a_cell_held_by_a_live_process_is_skipped_and_named(
     (cell,) = grid.cells
     _hold(lock_path(grid.store.root, cell.key.run_id), sleeper.pid)
     trained = []
-    monkeypatch.setattr(grid_module, "train_cell", lambda *a, **k: trained.append(1))
+    monkeypatch.setattr(cell_module, "train_cell", lambda *a, **k: trained.append(1))
     outcome = grid.run_cell(cell, lambda info: None, announce=lambda m: None)
     assert outcome.status == "locked" and f"pid {sleeper.pid} on {socket.gethostname()}" in outcome.error
     assert trained == [] and grid.store.status(cell.key.run_id) is None

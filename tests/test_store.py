@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import cirbench.engine.grid as grid_module
+import cirbench.engine.cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.results.atomic import atomic_write
 from cirbench.results.store import TABLES, ResultsStore
@@ -53,8 +53,8 @@ def test_resume_after_interrupt_and_overwrite(tmp_path: Path, cache_dir: Path, m
     metrics_before = store.read("metrics")
 
     trained = []
-    real = grid_module.train_cell
-    monkeypatch.setattr(grid_module, "train_cell", lambda *a, **k: trained.append(a[0].name) or real(*a, **k))
+    real = cell_module.train_cell
+    monkeypatch.setattr(cell_module, "train_cell", lambda *a, **k: trained.append(a[0].name) or real(*a, **k))
     outcomes = run_all(Grid(spec(tmp_path, cache_dir)))
     assert [o.status for o in outcomes] == ["skipped", "completed"]
     assert len(trained) == 1

@@ -1,9 +1,10 @@
-"""The backbone registry: name -> factory of a fresh backbone for one cell."""
+"""The backbone registry: name -> :class:`BackboneFactory`, which builds a fresh backbone for
+one cell. Plugins (:mod:`cirbench.plugins`) add theirs here."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
 from cirbench.backbones.base import Backbone
 from cirbench.backbones.blip2 import Blip2Backbone
@@ -13,22 +14,28 @@ from cirbench.backbones.tiny_pretrain import build_tiny, start_identity
 from cirbench.registry import Registry
 
 
-class BackboneFactory(Protocol):
+class BackboneFactory:
     """Builds a backbone; ``seed`` initialises the trainable composer, ``weights`` names
-    pretrained weights (a local directory or a tag), ``cache_dir`` holds derived caches."""
+    pretrained weights (a local directory or a tag), ``cache_dir`` holds derived caches.
+    The built-in backbones and a backbone plugin (docs/adding-a-backbone.md) subclass it,
+    set ``name``, ``description`` and ``default_lr`` and implement ``__call__``."""
 
-    description: str
-    default_lr: float
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    default_lr: ClassVar[float]
     """The fine-tune's learning rate when a method's ``lr`` is None (the backbone class's)."""
-    # a factory may also name ``default_weights``: the tag used (and recorded) when --weights is not given,
-    # and ``start_identity(weights) -> str``: what a run id holds for that start, known without loading it
+    default_weights: ClassVar[str | None] = None
+    """The weights tag used (and recorded) when --weights is not given."""
 
-    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone: ...
+    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+        """A fresh backbone for one cell."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement __call__")
 
 
-class TinyFactory:
+class TinyFactory(BackboneFactory):
     """The CPU default."""
 
+    name = "tiny"
     default_weights = "cir"
 
     description = ("small CNN tower + 2-layer Q-Former-style composer; CPU, no download; --weights cir (default: "
@@ -51,9 +58,10 @@ BACKBONES: Registry[BackboneFactory] = Registry("backbone")
 BACKBONES.add("tiny", TinyFactory())
 
 
-class Blip2Factory:
+class Blip2Factory(BackboneFactory):
     """BLIP-2 through transformers (pip install 'cirbench[blip2]')."""
 
+    name = "blip2"
     description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
 
     @property
@@ -65,9 +73,10 @@ class Blip2Factory:
         return Blip2Backbone.from_pretrained(weights)
 
 
-class ClipFactory:
+class ClipFactory(BackboneFactory):
     """open_clip towers + a trainable composer (pip install 'cirbench[clip]')."""
 
+    name = "clip"
     description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
 
     @property

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from cirbench.data.base import TripletSplit
-from cirbench.data.proposal import NoiseContext, Proposal, choose_noisy, untouched
+from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
 
 _CHUNK = 1024
 
@@ -43,7 +43,7 @@ def nearest_donors(
     return donors
 
 
-class HardProtocol:
+class HardProtocol(NoiseProtocol):
     """Nearest-neighbour caption swap in the frozen tower's feature space (see the module docstring)."""
 
     name = "hard"

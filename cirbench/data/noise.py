@@ -31,9 +31,10 @@ __all__ = ["NOISE_PROTOCOLS", "NOISE_TYPES", "NoiseContext", "NoiseManifest", "N
            "inject_noise"]
 
 NOISE_TYPES = ("clean", "reference", "caption", "target")
+"""The types the built-in protocols record; a plugin protocol may record others (the report reads them from the results)."""
 
 
-class ThirdsProtocol:
+class ThirdsProtocol(NoiseProtocol):
     """The TME/ConeSep protocol: the chosen samples are cut into thirds whose references,
     texts and targets are permuted among themselves, respectively (seeded here)."""
 
@@ -52,7 +53,7 @@ class ThirdsProtocol:
         return out
 
 
-class CaptionProtocol:
+class CaptionProtocol(NoiseProtocol):
     """Classic noisy correspondence: every chosen sample gets another chosen sample's text
     (a cyclic shift of a random order, so no sample keeps its own position's text)."""
 
@@ -68,7 +69,7 @@ class CaptionProtocol:
         return out
 
 
-NOISE_PROTOCOLS: Registry[type] = Registry("noise protocol")
+NOISE_PROTOCOLS: Registry[type[NoiseProtocol]] = Registry("noise protocol")
 NOISE_PROTOCOLS.add("thirds", ThirdsProtocol)
 NOISE_PROTOCOLS.add("caption", CaptionProtocol)
 NOISE_PROTOCOLS.add("hard", HardProtocol)
@@ -131,7 +132,7 @@ def inject_noise(
     proposal = proto.propose(split, rate, rng, NoiseContext(dataset, image_features))
 
     texts = np.asarray(split.texts, dtype=object)
-    new_texts = texts[proposal.text_source]
+    new_texts = texts[proposal.text_source] if proposal.texts is None else np.asarray(proposal.texts, dtype=object)
     changed_ref = proposal.reference != split.reference
     changed_text = new_texts != texts
     changed_target = proposal.target != split.target
@@ -150,6 +151,8 @@ def inject_noise(
             "target_id": np.where(proposal.target >= 0, ids[proposal.target], ""),
             "original_reference_id": ids[split.reference],
             "original_target_id": np.where(split.target >= 0, ids[split.target], ""),
+            # only for a protocol that writes texts, so that the other manifests (and their hashes) stay as they were
+            **({"text": new_texts} if proposal.texts is not None else {}),
         }
     )
     noisy_split = replace(split, reference=proposal.reference, texts=list(new_texts), target=proposal.target)

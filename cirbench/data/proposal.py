@@ -6,7 +6,7 @@ protocols (there and in :mod:`cirbench.data.hard_noise`) import only this module
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -25,21 +25,30 @@ class NoiseContext:
 @dataclass
 class Proposal:
     """A protocol's output: per sample, the new reference/target image index, the index of
-    the sample whose text it now carries, and the kind of corruption attempted."""
+    the sample whose text it now carries, and the kind of corruption attempted (any name:
+    the report shows every type a manifest holds). A protocol that writes new texts (a
+    paraphrase, a model's caption) gives them in ``texts``, one per sample, which then
+    replaces the texts ``text_source`` points to."""
 
     reference: np.ndarray
     text_source: np.ndarray
     target: np.ndarray
     attempted: np.ndarray  # noise type names, "clean" where untouched
+    texts: np.ndarray | None = None
 
 
-class NoiseProtocol(Protocol):
-    """A way of corrupting a training split. ``propose`` must be deterministic in ``rng``."""
+class NoiseProtocol:
+    """A way of corrupting a training split, registered by its class (instantiated with no
+    arguments for each injection). A subclass sets ``name`` and ``description`` and
+    implements ``propose``, which must be deterministic in ``rng``: the built-in protocols
+    and a noise plugin (docs/adding-a-noise-protocol.md) alike."""
 
     name: ClassVar[str]
-    description: ClassVar[str]
+    description: ClassVar[str] = ""
 
-    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal: ...
+    def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
+        """The proposed corruption of ``split`` at ``rate`` (see :class:`Proposal`)."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement propose")
 
 
 def untouched(split: TripletSplit) -> Proposal:

@@ -31,6 +31,7 @@ from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.config import ConfigError, typed_values
 from cirbench.data.files import FileImages, JsonEntryError, read_json_entries, resolve_data_root
 from cirbench.data.imagecheck import Level, unreadable_images
+from cirbench.data.loader import DatasetLoader
 from cirbench.data.problems import CheckReport, DatasetProblemsError, Problem, Severity
 
 O = TypeVar("O")
@@ -231,9 +232,9 @@ def assemble(scan: Scan, name: str, module: ModuleType, options: Any, image_size
     )
 
 
-class FileDatasetLoader:
+class FileDatasetLoader(DatasetLoader):
     """A registry entry for a dataset read from the user's files (see the module docstring;
-    a :class:`~cirbench.data.registry.DatasetLoader`); the dataset module is imported on first use."""
+    a :class:`~cirbench.data.loader.DatasetLoader`); the dataset module is imported on first use."""
 
     files = True
 

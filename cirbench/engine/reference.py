@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from cirbench.backbones.base import TextBatch
 from cirbench.method import Batch, Method, StepOutput
+from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 
 
 class _Untrained(Method):
@@ -31,14 +32,14 @@ class _Untrained(Method):
 class ZeroShot(_Untrained):
     """The starting model's composed query."""
 
-    name = "zero_shot"
+    name = ZERO_SHOT_ROW
     paper = "reference row: the starting model, not fine-tuned"
 
 
 class TextBlind(_Untrained):
     """The reference image's own embedding as the query."""
 
-    name = "text_blind"
+    name = TEXT_BLIND_ROW
     paper = "reference row: the reference image alone (starting model)"
 
     def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
@@ -48,7 +49,7 @@ class TextBlind(_Untrained):
 class TextOnly(_Untrained):
     """The modification text alone as the query."""
 
-    name = "text_only"
+    name = TEXT_ONLY_ROW
     paper = "reference row: the modification text alone (starting model)"
 
     def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:

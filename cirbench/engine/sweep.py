@@ -9,18 +9,12 @@ from __future__ import annotations
 
 from cirbench.backbones.registry import BACKBONES
 from cirbench.plugins import Discovery
+from cirbench.results.labels import trial_label
 from cirbench.search import trial_values
 
 
 class SweepError(ValueError):
     """A sweep that cannot run (a variant label, no trials); raised before any work."""
-
-
-def trial_label(method: str, trial: int) -> str:
-    """The grid label of ``method``'s trial ``trial``: the method's own name for trial 0 (the
-    defaults: the same cell as a grid run's), ``<method>:trial<k>`` for the others (the
-    report reads them with :data:`cirbench.report.load.TRIAL_LABEL`)."""
-    return f"{method}:trial{trial}" if trial else method
 
 
 def sweep_rows(methods: list[str], trials: int, discovery: Discovery, backbone: str,

@@ -278,17 +278,16 @@ def train_cell(
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
-    manifest's flags are used here for purity and handed to the method only if it is an
-    oracle. With ``holdout`` (made from both), it trains on the ``train`` part and the
-    held-out queries are evaluated after every epoch too. Under ``torchrun``
+    manifest's flags (``manifest``: of ``noisy_train``) are used here for purity and handed
+    to the method only if it is an oracle. ``holdout``: the held-out split settled with the
+    noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train`` is its ``train`` part),
+    whose queries are evaluated after every epoch too. Under ``torchrun``
     (:mod:`cirbench.engine.distributed`) every rank runs this with the same arguments; the
     backbone's passes are sharded and the result is one process's with the same global batch.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
-    if holdout is not None:
-        noisy_train, manifest = holdout.train, holdout.train_manifest
-        holdout_texts = backbone.tokenize(holdout.holdout.texts)
+    holdout_texts = None if holdout is None else backbone.tokenize(holdout.holdout.texts)
     n = len(noisy_train)
     parallel = _prepare_backbone(backbone, device, precision, gradient_checkpointing,
                                  np.concatenate(epoch_batches(n, batch_size, seed, 0)))

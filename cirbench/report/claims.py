@@ -9,7 +9,7 @@ combines them (:func:`~cirbench.report.significance.combine_verdicts`). A check 
 Recall is the setting's headline column, as the report's tables pick it
 (:func:`~cirbench.report.tables.headline_column`), as a fraction.
 
-A check that reads a cell flagged collapsed on any seed (:mod:`cirbench.engine.collapse`)
+A check that reads a cell flagged collapsed on any seed (:mod:`cirbench.results.collapse`)
 is inconclusive whatever its intervals say, and names the cell: a collapse is a defect to
 explain, never a robustness result (its numbers are still shown).
 """

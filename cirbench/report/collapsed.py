@@ -1,5 +1,5 @@
 """The report's "Collapsed cells": every run the collapse guard flagged
-(:mod:`cirbench.engine.collapse`), with its reason, and the rule that flags them."""
+(:mod:`cirbench.results.collapse`), with its reason, and the rule that flags them."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from cirbench.report.claims import Claim, claims_metric, claims_selection, paper
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.forest import claims_forest
 from cirbench.report.glance import at_a_glance
-from cirbench.report.load import TRIAL_LABEL, ReportData, Setting
+from cirbench.report.load import ReportData, Setting
+from cirbench.results.labels import TRIAL_LABEL
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
 from cirbench.report.selection import selection_table

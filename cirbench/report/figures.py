@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.load import COLLAPSE_MARK, NOISE_TYPES, Setting, final_epoch
+from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.references import OTHER_STYLE, REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
@@ -215,22 +215,23 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
 
 def _by_type(setting: Setting) -> pd.DataFrame:
     last = final_epoch(setting.purity)
-    return last[last.noise_type.isin(NOISE_TYPES) & (last.noise_rate > 0)]
+    return last[last.noise_type.isin(setting.noise_types) & (last.noise_rate > 0)]
 
 
-def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str], styles: dict, scale: float) -> None:
+def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str], styles: dict, scale: float,
+                  types: list[str]) -> None:
     stats = frame.groupby(["method", "noise_type"])[value].agg(["mean", "std"])
     width = min(0.28, 0.8 / max(1, len(methods)))
-    x = np.arange(len(NOISE_TYPES))
+    x = np.arange(len(types))
     for i, method in enumerate(methods):
-        rows = stats.xs(method, level="method").reindex(list(NOISE_TYPES)) if method in stats.index.get_level_values(0) else None
+        rows = stats.xs(method, level="method").reindex(types) if method in stats.index.get_level_values(0) else None
         if rows is None or rows["mean"].isna().all():
             continue
         spread = None if rows["std"].isna().all() else rows["std"].fillna(0) * scale  # one seed: no error bar
         ax.bar(x + width * (i - (len(methods) - 1) / 2), rows["mean"] * scale, width, yerr=spread,
                color=styles[method]["color"], hatch="//" if styles[method]["linestyle"] == "--" else None,
                edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
-    ax.set_xticks(x, list(NOISE_TYPES))
+    ax.set_xticks(x, types)
     ax.set_xlabel("noise type (what was swapped)")
     ax.grid(axis="y", alpha=0.3)
 
@@ -268,7 +269,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
             ax = axes[r][c]
             at_rate = data[data.noise_rate == rate]
             if kind == "caught":
-                _grouped_bars(ax, at_rate, "noise_recall", methods, styles, 100.0)
+                _grouped_bars(ax, at_rate, "noise_recall", methods, styles, 100.0, setting.noise_types)
                 for method, share in flagged.get(rate, {}).items():
                     if method not in styles:  # an ablation row: not drawn with the compared methods
                         continue
@@ -277,7 +278,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
                 ax.set_ylabel("noisy samples caught (%)")
                 ax.set_title(f"caught (not kept as clean), noise {rate_label(rate)}{_collapsed_at(setting, methods, rate)}")
             else:
-                _grouped_bars(ax, at_rate, "auroc", methods, styles, 1.0)
+                _grouped_bars(ax, at_rate, "auroc", methods, styles, 1.0, setting.noise_types)
                 ax.axhline(0.5, color="0.4", linestyle=":", linewidth=1)
                 ax.set_ylim(0, 1.05)
                 ax.set_ylabel("AUROC, clean vs this type")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cirbench.report.load import COLLAPSE_MARK, NOISE_TYPES, Setting, final_epoch
+from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
 
 
@@ -31,7 +31,7 @@ def _best_purity(setting: Setting) -> list[str]:
 
 def _misses(setting: Setting) -> list[str]:
     last = final_epoch(setting.purity)
-    typed = last[last.noise_type.isin(NOISE_TYPES) & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
+    typed = last[last.noise_type.isin(setting.noise_types) & (last.noise_rate > 0) & ~last.method.isin(setting.oracles)]
     flagged = flagged_shares(setting)
     lines = []
     for method in setting.methods:

@@ -4,7 +4,6 @@ record: :mod:`cirbench.results.verify`), listed rather than fatal."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -12,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cirbench.engine.collapse import collapse_reason, final_recall
+from cirbench.results.collapse import collapse_reason, final_recall
+from cirbench.results.labels import TEXT_ONLY_ROW, TRIAL_LABEL
 from cirbench.results.selection import selection_values
 from cirbench.results.store import MAIN_SCORE, ResultsStore
 from cirbench.results.verify import check_folder
@@ -21,14 +21,8 @@ from cirbench.results.verify import check_folder
 SETTING_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol"]
 CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
-NOISE_TYPES: tuple[str, ...] = ("reference", "caption", "target")  # what a noisy triplet had swapped
-TRIAL_LABEL = re.compile(r"(?P<method>[^:]+):trial(?P<trial>\d+)")
-"""A sweep row's label (``cirbench.engine.sweep``, named here so that reading results imports no torch)."""
-TEXT_ONLY_ROW = "text_only"
-"""The reference row the collapse guard compares with (``cirbench.engine.reference.TextOnly``,
-named here so that reading results imports no torch)."""
 COLLAPSE_MARK = "†"
-"""The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.engine.collapse`)."""
+"""The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.results.collapse`)."""
 
 
 class ReportError(ValueError):
@@ -121,7 +115,7 @@ class Setting:
 
     @property
     def collapsed(self) -> pd.DataFrame:
-        """The runs flagged collapsed (:mod:`cirbench.engine.collapse`), by method, rate and seed."""
+        """The runs flagged collapsed (:mod:`cirbench.results.collapse`), by method, rate and seed."""
         runs = self.runs
         flagged = runs[runs.collapsed.eq(True)] if "collapsed" in runs.columns else runs.iloc[:0]
         return flagged.sort_values(["method", "noise_rate", "seed"])
@@ -135,6 +129,15 @@ class Setting:
     def collapse_mark(self, method: str, rate: float) -> str:
         """:data:`COLLAPSE_MARK` when ``method`` at ``rate`` collapsed on any seed, else ``""``."""
         return COLLAPSE_MARK if self.collapse_counts(method, rate)[0] else ""
+
+    @property
+    def noise_types(self) -> list[str]:
+        """The noise types of this setting's results (what a noisy triplet had done to it:
+        ``reference``, ``caption``, ``target`` for the built-in protocols, any name a plugin
+        protocol records), in the order the ``purity`` table first lists them."""
+        if self.purity.empty:
+            return []
+        return [str(t) for t in pd.unique(self.purity.noise_type) if t not in ("all", "clean")]
 
     @property
     def rates(self) -> list[float]:

@@ -223,10 +223,12 @@ def purity_per_run(setting: Setting) -> pd.DataFrame:
     out["clean_recall"] = overall.clean_recall * 100
     out["noise_recall"] = overall.noise_recall * 100
     by_type = last[last.noise_type != "all"].pivot_table(index="run_id", columns="noise_type", values="noise_recall", aggfunc="mean")
-    for kind in ("reference", "caption", "target"):
-        out[kind] = by_type[kind].reindex(out.index) * 100 if kind in by_type.columns else np.nan
-    out["auroc"] = overall.auroc * 100
-    return out.rename(columns=PURITY_COLUMNS)
+    out = out.rename(columns=PURITY_COLUMNS)
+    for kind in setting.noise_types:  # every type the results hold, a plugin protocol's too
+        label = PURITY_COLUMNS.get(kind, f"{kind.capitalize()} caught")
+        out[label] = by_type[kind].reindex(out.index) * 100 if kind in by_type.columns else np.nan
+    out[PURITY_COLUMNS["auroc"]] = overall.auroc * 100
+    return out
 
 
 def purity_table(setting: Setting) -> TableModel | None:

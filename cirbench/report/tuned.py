@@ -12,7 +12,8 @@ import math
 
 import pandas as pd
 
-from cirbench.report.load import TRIAL_LABEL, Setting
+from cirbench.report.load import Setting
+from cirbench.results.labels import TRIAL_LABEL
 from cirbench.report.tables import Cell, TableModel, _format, rate_label
 from cirbench.results.selection import headline_by_epoch
 

@@ -70,7 +70,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("dropped_path", pa.string()),
         ("checkpoint_path", pa.string()),
         ("n_warnings", pa.int64()),
-        ("collapsed", pa.bool_()),  # cirbench.engine.collapse: a flag, not a failure
+        ("collapsed", pa.bool_()),  # cirbench.results.collapse: a flag, not a failure
         ("collapse_reason", pa.string()),
         ("n_nonfinite_queries", pa.int64()),  # final validation queries with a NaN or infinite score (misses)
         ("parts", pa.string()),  # JSON {table: {rows, bytes, sha256}} of the other parts (cirbench.results.verify)

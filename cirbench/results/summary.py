@@ -52,7 +52,7 @@ def run_summary(store: ResultsStore, cells: list[tuple[CellKey, str]], order: li
     read. Raises :class:`~cirbench.results.store.ResultsFolderError` on an unreadable part."""
     ids = [key.run_id for key, status in cells if status != "locked"]
     metrics, purity, runs = (store.read(table, ids) for table in ("metrics", "purity", "runs"))
-    reasons = runs.set_index("run_id").collapse_reason.fillna("")  # "" when healthy (cirbench.engine.collapse)
+    reasons = runs.set_index("run_id").collapse_reason.fillna("")  # "" when healthy (cirbench.results.collapse)
     purity = purity[(purity.score_name == MAIN_SCORE) & (purity.noise_type == "all")]
     summary = RunSummary(nonfinite=[(row.run_id, int(row.n_nonfinite_queries))
                                     for row in runs[runs.n_nonfinite_queries > 0].itertuples(index=False)])

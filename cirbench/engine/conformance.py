@@ -1,0 +1,200 @@
+"""What a plugin must provide, checked: one function per kind, each returning the list of
+problems (empty: it conforms). ``cirbench check-plugin FILE`` runs them on every plugin a
+file defines; ``tests/test_plugin_kinds.py`` runs them on every registered one.
+
+- a dataset loads into a :class:`~cirbench.data.base.CIRDataset` whose content key is the
+  one ``key()`` announced, twice the same, with images, texts and a gallery holding every
+  validation target;
+- a noise protocol proposes, deterministically in its generator, in-range images and texts
+  for every sample, nothing at rate 0, and a manifest whose noisy samples carry a type;
+- a backbone builds the same model from the same seed and composes queries and targets of
+  one width, and a method trains on it for an epoch through the real loop;
+- a method trains for an epoch through the real loop with finite losses and sane recalls.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cirbench.backbones.base import Backbone, TextBatch
+from cirbench.backbones.registry import BackboneFactory
+from cirbench.backbones.tiny_pretrain import build_tiny
+from cirbench.config import build_config
+from cirbench.data.base import CIRDataset
+from cirbench.data.loader import DatasetLoader
+from cirbench.data.noise import inject_noise
+from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal
+from cirbench.data.registry import ShapesLoader
+from cirbench.engine.features import image_tokens
+from cirbench.engine.train import train_cell
+from cirbench.method import Method
+from cirbench.plugins import discover
+
+MICRO = ShapesLoader("conformance micro set", n_train_scenes=30, n_val_scenes=10)
+"""The small generated dataset the checks of a protocol, a backbone and a method run on."""
+
+
+def micro_dataset(cache_dir: Path) -> CIRDataset:
+    """:data:`MICRO`, generated under ``cache_dir``."""
+    return MICRO(cache_dir, None)
+
+
+def _kind_attributes(obj: object, needed: dict[str, type]) -> list[str]:
+    """The attributes of ``needed`` that ``obj`` lacks or holds with another type."""
+    return [f"{name} must be a {kind.__name__}, got {getattr(obj, name, None)!r}"
+            for name, kind in needed.items() if not isinstance(getattr(obj, name, None), kind)]
+
+
+def dataset_problems(loader: DatasetLoader, cache_dir: Path, data_root: Path | None = None) -> list[str]:
+    """What is wrong with the dataset ``loader`` (see the module docstring)."""
+    problems = _kind_attributes(loader, {"description": str, "files": bool})
+    key = loader.key()
+    dataset = loader(cache_dir, data_root)
+    if not isinstance(dataset, CIRDataset):
+        return problems + [f"__call__ returned {type(dataset).__name__}, not a CIRDataset"]
+    if key is not None and key != dataset.key:
+        problems.append(f"key() is {key!r} but the loaded dataset's key is {dataset.key!r}")
+    if len(dataset.train) < 2 or len(dataset.val) < 1:
+        problems.append(f"too few triplets: {len(dataset.train)} training, {len(dataset.val)} validation")
+    for split_name, split in (("train", dataset.train), ("val", dataset.val)):
+        if not all(isinstance(t, str) for t in split.texts):
+            problems.append(f"{split_name}: every text must be a str")
+    for group in set(dataset.val.groups) - set(dataset.gallery):
+        problems.append(f"validation group {group!r} has no gallery")
+    for i, (group, target) in enumerate(zip(dataset.val.groups, dataset.val.target)):
+        if target >= 0 and group in dataset.gallery and target not in set(dataset.gallery[group].tolist()):
+            problems.append(f"validation query {dataset.val.sample_ids[i]!r}: its target is not in its gallery")
+            break
+    image = np.asarray(dataset.images.load(0))
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
+        problems.append(f"images must be uint8 (H, W, 3) arrays, got {image.dtype} {image.shape}")
+    again = loader(cache_dir, data_root)
+    if again.key != dataset.key or again.train.texts != dataset.train.texts:
+        problems.append("two loads differ: a dataset must be deterministic")
+    return problems
+
+
+def _proposal_problems(proposal: Proposal, n: int, n_images: int) -> list[str]:
+    """What is wrong with ``proposal`` for a split of ``n`` samples over ``n_images`` images."""
+    if not isinstance(proposal, Proposal):
+        return [f"propose returned {type(proposal).__name__}, not a Proposal"]
+    problems = []
+    for name in ("reference", "text_source", "target", "attempted"):
+        if len(getattr(proposal, name)) != n:
+            problems.append(f"Proposal.{name} has {len(getattr(proposal, name))} values for {n} samples")
+    if problems:
+        return problems
+    if ((proposal.reference < 0) | (proposal.reference >= n_images)).any() or (proposal.target >= n_images).any():
+        problems.append("Proposal.reference or .target holds an image index out of range")
+    if ((proposal.text_source < 0) | (proposal.text_source >= n)).any():
+        problems.append("Proposal.text_source holds a sample index out of range")
+    if not all(isinstance(t, str) for t in proposal.attempted):
+        problems.append("Proposal.attempted must hold noise type names (str)")
+    if proposal.texts is not None and (len(proposal.texts) != n or not all(isinstance(t, str) for t in proposal.texts)):
+        problems.append(f"Proposal.texts must hold one str per sample ({n})")
+    return problems
+
+
+def noise_problems(protocol: type[NoiseProtocol], dataset: CIRDataset) -> list[str]:
+    """What is wrong with the noise protocol class ``protocol``, tried on ``dataset``."""
+    problems = _kind_attributes(protocol, {"name": str, "description": str})
+    features = np.random.default_rng(0).standard_normal((len(dataset.image_ids), 16)).astype(np.float32)
+    context = NoiseContext(dataset, lambda: features)
+    n = len(dataset.train)
+    first = protocol().propose(dataset.train, 0.5, np.random.default_rng(0), context)
+    problems += _proposal_problems(first, n, len(dataset.image_ids))
+    if problems:
+        return problems
+    second = protocol().propose(dataset.train, 0.5, np.random.default_rng(0), context)
+    if any(not np.array_equal(getattr(first, f), getattr(second, f)) for f in ("reference", "text_source", "target", "attempted")):
+        problems.append("two proposals from the same generator differ: propose must be deterministic in rng")
+    manifests = [inject_noise(dataset, protocol.name, rate, 0, lambda: features)[1] for rate in (0.0, 0.5, 0.5)]
+    if manifests[0].is_noisy.any():
+        problems.append(f"at rate 0 it makes {int(manifests[0].is_noisy.sum())} samples noisy")
+    if not manifests[1].is_noisy.any():
+        problems.append("at rate 0.5 it makes no sample noisy")
+    if manifests[1].hash != manifests[2].hash:
+        problems.append("two injections with one seed give different manifests")
+    if (manifests[1].noise_type[manifests[1].is_noisy] == "clean").any():
+        problems.append("a noisy sample's attempted type is 'clean': name the corruption in Proposal.attempted")
+    return problems
+
+
+def _trained_problems(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, cache_dir: Path) -> list[str]:
+    """What goes wrong when ``method_cls`` trains one epoch on ``backbone`` at 50% noise."""
+    tokens = image_tokens(dataset, backbone, cache_dir, torch.device("cpu"))
+    noisy, manifest = inject_noise(dataset, "thirds", 0.5, 0)
+    config = build_config(method_cls.Config, {}, method_cls.name)
+    result = train_cell(method_cls, config, backbone, dataset, noisy, manifest, tokens, 1, 32, 0)
+    problems = []
+    losses = result.tables["losses"]
+    if "total" not in set(losses.name) or not np.isfinite(losses.value).all():
+        problems.append("the training losses are missing or not finite")
+    recalls = [v for group in result.final.values() for v in group.values()]
+    if not recalls or not all(0.0 <= v <= 1.0 for v in recalls if not math.isnan(v)):
+        problems.append(f"validation recalls out of [0, 1]: {result.final}")
+    purity = result.tables["purity"]
+    if (method_cls.partitions or method_cls.scores_noise) and purity.empty:
+        problems.append("it declares partitions or scores_noise but recorded no per-sample view")
+    return problems
+
+
+def backbone_problems(factory: BackboneFactory, cache_dir: Path, method: type[Method], weights: str | None = None) -> list[str]:
+    """What is wrong with the backbone ``factory`` (``method``: the one trained on it)."""
+    problems = _kind_attributes(factory, {"description": str, "default_lr": float})
+    backbone = factory(0, cache_dir, weights)
+    if not isinstance(backbone, Backbone):
+        return problems + [f"__call__ returned {type(backbone).__name__}, not a Backbone"]
+    same = factory(0, cache_dir, weights)
+    if any(not torch.equal(a, b) for a, b in zip(backbone.state_dict().values(), same.state_dict().values())):
+        problems.append("two backbones from one seed differ: the seed must decide the initialisation")
+    dataset = micro_dataset(cache_dir)
+    pixels = backbone.preprocess([dataset.images.load(i) for i in range(2)])
+    tokens = backbone.encode_image_tokens(pixels)
+    text = backbone.tokenize(["make it red", "blue"])
+    if tuple(pixels.shape[1:]) != tuple(backbone.image_shape) or tokens.ndim != 3 or not isinstance(text, TextBatch):
+        problems.append(f"preprocess gives {tuple(pixels.shape)} for image_shape {backbone.image_shape}; "
+                        f"image tokens must be (B, P, D), got {tuple(tokens.shape)}")
+        return problems
+    query, target = backbone.composed_feature(tokens, text), backbone.target_features(tokens)
+    if query.shape[-1] != target.shape[-1]:
+        problems.append(f"composed queries ({query.shape[-1]}) and targets ({target.shape[-1]}) differ in width")
+    if not (isinstance(backbone.tower_key(), str) and isinstance(backbone.start_key(), str)):
+        problems.append("tower_key() and start_key() must be str")
+    return problems + _trained_problems(method, backbone, dataset, cache_dir)
+
+
+def method_problems(method_cls: type[Method], cache_dir: Path) -> list[str]:
+    """What is wrong with the method ``method_cls``, trained on ``tiny`` from a random start."""
+    problems = _kind_attributes(method_cls, {"name": str, "version": str})
+    return problems + _trained_problems(method_cls, build_tiny("random", 0, cache_dir), micro_dataset(cache_dir), cache_dir)
+
+
+def check_plugin_file(path: Path, cache_dir: Path) -> dict[str, list[str]]:
+    """Every plugin ``path`` (a file or folder) defines, as ``"<kind> <name>"``, with its
+    problems; the discovery's errors (a file that does not import, defines nothing) under
+    ``"--plugin"``. A backbone is checked by training ``sprc`` on it."""
+    discovery = discover([Path(path)])
+    if discovery.errors:
+        return {"--plugin": discovery.errors}
+    own = [(kind, name) for kind, name, source in discovery.found if not source.startswith("built-in")]
+    if not own:
+        return {"--plugin": [f"{path}: no plugin found"]}
+    checks = {
+        "method": lambda name: method_problems(discovery.methods.get(name), cache_dir),
+        "dataset": lambda name: dataset_problems(discovery.registries["dataset"].get(name), cache_dir),
+        "noise protocol": lambda name: noise_problems(discovery.registries["noise protocol"].get(name), micro_dataset(cache_dir)),
+        "backbone": lambda name: backbone_problems(discovery.registries["backbone"].get(name), cache_dir,
+                                                   discovery.methods.get("sprc")),
+    }
+    results = {}
+    for kind, name in own:
+        try:
+            results[f"{kind} {name}"] = checks[kind](name)
+        except Exception as exc:  # a plugin that raises has that as its problem
+            results[f"{kind} {name}"] = [f"raised {type(exc).__name__}: {exc}"]
+    return results
