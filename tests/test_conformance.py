@@ -30,7 +30,7 @@ METHODS = discover_methods().methods.names()
 
 @pytest.mark.parametrize("method", METHODS)
 def test_method_conforms(method: str, tmp_path: Path, cache_dir: Path) -> None:
-    grid = Grid(GridSpec(methods=[method], noise_rates=[0.5], dataset="shapes-mini", epochs=2, batch_size=64,
+    grid = Grid(GridSpec(methods=[method], noise_rates=[0.5], dataset="shapes-mini", epochs=2, batch_size=128,
                          output=tmp_path, cache_dir=cache_dir))
     (cell,) = grid.cells
     outcome = grid.run_cell(cell, lambda info: None, announce=lambda m: None)
