@@ -5,6 +5,10 @@ the report."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -171,3 +175,38 @@ def test_a_plugin_noise_type_appears_in_every_per_type_table_and_figure(tmp_path
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "Paraphrase caught" in markdown and "misses most: 50%: paraphrase" in markdown
     assert list((tmp_path / "report").rglob("detection_by_noise_type.png"))
+
+
+def _listed(what: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """``cirbench list WHAT ARGS`` in a fresh process (plugins register process-wide)."""
+    result = subprocess.run([sys.executable, "-m", "cirbench.cli", "list", what, *args], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_the_examples_copied_outside_the_repository_work_through_plugin_and_an_entry_point(tmp_path: Path) -> None:
+    """The three example plugins, copied out of the repository: listed through ``--plugin``,
+    and through the entry-point groups of an installed distribution (a dist-info on the path)."""
+    outside = tmp_path / "site" / "my_cir_plugins"
+    outside.mkdir(parents=True)
+    for name in ("squares.py", "word_drop.py", "tiny_small.py"):
+        shutil.copy(EXAMPLES / name, outside / name)
+    expected = {"datasets": "squares", "noise": "word_drop", "backbones": "tiny-small"}
+    for what, name in expected.items():
+        listed = _listed(what, "--plugin", str(outside))
+        row = next(line for line in listed.splitlines() if f" {name} " in line)
+        assert "file" in row and "my_cir_plugins" in listed, listed  # the source, a path outside the repository
+    (outside / "__init__.py").write_text("")
+    dist = tmp_path / "site" / "my_cir_plugins-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-cir-plugins\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[cirbench.datasets]\nsquares = my_cir_plugins.squares:Squares\n\n"
+        "[cirbench.noise]\nword_drop = my_cir_plugins.word_drop:WordDrop\n\n"
+        "[cirbench.backbones]\ntiny-small = my_cir_plugins.tiny_small:TinySmall\n")
+    env = {"PYTHONPATH": str(tmp_path / "site")}
+    for what, name in expected.items():
+        listed = _listed(what, env=env)
+        row = next(line for line in listed.splitlines() if f" {name} " in line)
+        assert "package my-cir-plugins 0.1" in row, listed
