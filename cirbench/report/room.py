@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -51,10 +52,18 @@ def won_back(clean: float, noisy: float, method: float) -> float:
     return (method - noisy) / loss if loss > 0 else float("nan")
 
 
+@lru_cache(maxsize=1)
+def _shipped_shares() -> tuple[PaperShare, ...]:
+    """The shares of the shipped tables, read and validated once per process."""
+    return tuple(paper_shares(load_published()))
+
+
 def paper_shares(published: pd.DataFrame | None = None) -> list[PaperShare]:
     """Every robust method's won-back share in the published tables (SPRC as the baseline),
-    per dataset and noise rate above 0."""
-    table = load_published() if published is None else published
+    per dataset and noise rate above 0; ``published`` None: the shipped tables."""
+    if published is None:
+        return list(_shipped_shares())
+    table = published
     table = table[table.source == PAPER_SOURCE]
     shares = []
     for dataset, metric in PAPER_RECALL.items():
