@@ -1,10 +1,12 @@
-"""Re-run a few cells of a results folder's setting here and check that their final metrics
-fall within that folder's spread over seeds: does this machine reproduce the committed report?
+"""Re-run a few cells of a report's setting here and check that their final metrics fall
+within that report's spread over seeds: does this machine reproduce the committed report?
 
-    python benchmarks/reproduce_report.py --reference results/grid                # sprc at 0% and 80%, seed 0
-    python benchmarks/reproduce_report.py --reference results/grid --methods sprc,conesep --noise 0.5 --seeds 0,1
+    python benchmarks/reproduce_report.py --reference reports                    # sprc at 0% and 80%, seed 0
+    python benchmarks/reproduce_report.py --reference reports --methods sprc,conesep --noise 0.5 --seeds 0,1
+    python benchmarks/reproduce_report.py --reference results                    # a results folder instead
 
-The cells run with the default options (the reference runs' epochs and held-out share, read
+The reference is a report folder (its settings' ``final_metrics.csv``, committed with the
+report: :mod:`cirbench.report.cells_csv`), one such file, or a results folder. The cells run with the default options (the reference runs' epochs and held-out share, read
 from their ``runs`` rows) into a scratch folder (``--scratch``, a new temporary folder by
 default), from this cirbench's start. For every re-run cell and metric (final epoch,
 validation, group ``all``) it prints the reference folder's value for the same seed, its
@@ -30,6 +32,7 @@ from cirbench import defaults
 from cirbench.backbones.registry import BACKBONES
 from cirbench.engine.grid import Grid, GridSpec, backbone_label, dataset_label
 from cirbench.engine.runner import resolve_jobs, run_grid
+from cirbench.report.cells_csv import CellsTableError, long_metrics, read_final_metrics
 from cirbench.results.store import ResultsStore
 
 DEFAULT_METRICS = "recall@5,recall@10,recall_subset@1"
@@ -83,6 +86,35 @@ def reference_runs(store: ResultsStore, spec: GridSpec) -> pd.DataFrame:
     return runs.sort_values("finished").drop_duplicates(["method", "noise_rate", "seed"], keep="last")
 
 
+def cells_table_runs(path: Path, spec: GridSpec) -> pd.DataFrame:
+    """The rows of ``spec``'s setting, methods and noise rates in the cells table at ``path``
+    (a report folder or its ``final_metrics.csv``)."""
+    try:
+        table = read_final_metrics(path)
+    except CellsTableError as exc:
+        raise ReferenceError(str(exc)) from exc
+    return table[(table.method.isin(spec.methods)) & table.noise_rate.isin(spec.noise_rates)
+                 & (table.dataset == dataset_label(spec)) & (table.backbone == backbone_label(spec))
+                 & (table.noise_protocol == spec.noise_protocol)]
+
+
+def load_reference(path: Path, spec: GridSpec, metrics: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The reference's runs of ``spec``'s setting (one row per cell, with ``epochs``,
+    ``holdout`` and ``start_key``) and their final validation ``metrics`` (rows ``method,
+    noise_rate, seed, metric, value``), from a results folder or a report's cells table."""
+    from_store = (path / "runs").is_dir()
+    runs = reference_runs(ResultsStore(path), spec) if from_store else cells_table_runs(path, spec)
+    if runs.empty:
+        raise ReferenceError(f"{path} holds no completed run of {spec.methods} at {spec.noise_rates} "
+                             f"on {dataset_label(spec)} / {backbone_label(spec)}")
+    if from_store:
+        return runs, final_metrics(ResultsStore(path), runs, metrics)
+    try:
+        return runs, long_metrics(runs, metrics)
+    except CellsTableError as exc:
+        raise ReferenceError(f"{path}: {exc}") from exc
+
+
 def setting_of(runs: pd.DataFrame, column: str, given: float | None) -> float:
     """``given``, else the one value of ``column`` in the reference ``runs``."""
     if given is not None:
@@ -125,7 +157,7 @@ def print_table(verdicts: list[Verdict], out=sys.stdout) -> None:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, required=True, help="the results folder to reproduce (e.g. results/grid)")
+    parser.add_argument("--reference", type=Path, required=True, help="the report folder (or its final_metrics.csv) or results folder to reproduce")
     parser.add_argument("--methods", default="sprc")
     parser.add_argument("--noise", default="0,0.8")
     parser.add_argument("--seeds", default="0")
@@ -145,15 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check; the exit status (0 reproduced, 1 not, 2 the reference cannot answer)."""
     args = parse(argv)
     metrics = args.metrics.split(",")
-    store = ResultsStore(args.reference)
     probe = GridSpec(methods=args.methods.split(","), noise_rates=[float(x) for x in args.noise.split(",")],
                      seeds=[int(x) for x in args.seeds.split(",")], dataset=args.dataset)
     probe.weights = getattr(BACKBONES.get(probe.backbone), "default_weights", None)  # as Grid records it
     try:
-        runs = reference_runs(store, probe)
-        if runs.empty:
-            raise ReferenceError(f"{args.reference} holds no completed run of {probe.methods} at {probe.noise_rates} "
-                                 f"on {dataset_label(probe)} / {backbone_label(probe)}")
+        runs, reference = load_reference(args.reference, probe, metrics)
         epochs, holdout = int(setting_of(runs, "epochs", args.epochs)), setting_of(runs, "holdout", args.holdout)
         scratch = args.scratch or Path(tempfile.mkdtemp(prefix="cirbench-reproduce-"))
         grid = Grid(GridSpec(methods=probe.methods, noise_rates=probe.noise_rates, seeds=probe.seeds, dataset=args.dataset,
@@ -169,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         done = done[done.run_id.isin([c.key.run_id for c in grid.cells])]
         print(f"starts: reference {', '.join(sorted(set(runs.start_key) - {''})) or 'not recorded'}; "
               f"here {', '.join(sorted(set(done.start_key)))}")
-        verdicts = compare(final_metrics(store, runs, metrics), final_metrics(ResultsStore(scratch), done, metrics), args.spread)
+        verdicts = compare(reference, final_metrics(ResultsStore(scratch), done, metrics), args.spread)
     except ReferenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -75,3 +75,22 @@ def test_a_reference_of_one_seed_cannot_answer(reference: Path, cache_dir: Path,
             ResultsStore(one).part(table, run_id).unlink(missing_ok=True)
     assert _check(one, tmp_path / "scratch", cache_dir) == 2
     assert "at least two are needed" in capsys.readouterr().err
+
+
+def test_a_report_folder_is_a_reference_too(reference: Path, cache_dir: Path, tmp_path: Path, capsys) -> None:
+    """A newcomer has the committed report, not its results folder: its cells table answers alike."""
+    from cirbench.report.build import build_report
+    from cirbench.report.cells_csv import FINAL_METRICS_FILE
+
+    report = tmp_path / "report"
+    build_report(reference, report)
+    table = pd.read_csv(next(report.glob(f"*/{FINAL_METRICS_FILE}")))
+    assert sorted(table.seed) == [0, 1] and {"run_id", "start_key", "recall@10"} <= set(table.columns)
+    assert _check(report, tmp_path / "scratch", cache_dir) == 0
+    assert "3 of 3 within 2 std" in capsys.readouterr().out
+
+    broken = next(report.glob(f"*/{FINAL_METRICS_FILE}"))
+    table.drop(columns=["holdout"]).to_csv(broken, index=False)
+    assert _check(report, tmp_path / "scratch2", cache_dir) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and "missing column(s) holdout" in err

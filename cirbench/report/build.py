@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from cirbench.report.cells_csv import write_final_metrics
 from cirbench.report.content import assemble
 from cirbench.report.html import render_html
 from cirbench.report.load import load_results
@@ -16,7 +17,8 @@ from cirbench.results.atomic import atomic_write
 def build_report(results_dir: Path | str, output_dir: Path | str, published: Sequence[Path | str] = ()) -> Path:
     """Build the report of ``results_dir`` into ``output_dir`` and return the HTML page's path.
 
-    Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png`` per setting, ``report.md``
+    Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png`` and the setting's table of
+    cells (``final_metrics.csv``, :mod:`cirbench.report.cells_csv`) per setting, ``report.md``
     (linking those PNGs) and a self-contained ``index.html`` (embedding them). Figure folders
     of settings no longer in the results are left alone; a setting's folder is rewritten
     whole, so figures that no longer apply do not linger. FashionIQ and CIRR settings get the
@@ -35,6 +37,8 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
             for stale in folder.glob("*.png"):
                 stale.unlink()
     content = assemble(data, output, numbers)
+    for setting in data.settings:
+        write_final_metrics(setting, output / setting.slug)
     markdown = render_markdown(content, output)
     page = render_html(content)
     _write_text(output / "report.md", markdown)
