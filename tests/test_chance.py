@@ -30,6 +30,23 @@ def kept_set_rows(n_samples: int, n_noisy: int, n_kept: int | None, n_kept_clean
     return rows
 
 
+def kept_complement(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """A constructed cell's ``tables`` with its main score's kept set swapped for its
+    complement at every epoch: a selector that keeps mostly noisy samples, below chance."""
+    scores = tables["scores"]
+    if "score_name" in scores.columns:
+        scores = scores[scores.score_name == MAIN_SCORE]
+    scores = scores.assign(selected_clean=~scores.selected_clean.astype(bool))
+    purity = []
+    for epoch, own in scores.groupby("epoch"):
+        rows = purity_rows(own.selected_clean.to_numpy(), own.score.to_numpy(), own.is_noisy.to_numpy(),
+                           own.noise_type.to_numpy())
+        rows.insert(0, "epoch", epoch)
+        rows.insert(1, "score_name", MAIN_SCORE)
+        purity.append(rows)
+    return tables | {"purity": pd.concat(purity, ignore_index=True), "scores": scores}
+
+
 def test_a_kept_set_significantly_below_chance_is_flagged_with_its_numbers() -> None:
     # 2000 samples, half noisy; HABIT-like: 1000 kept, 390 of them clean (39% against 50%)
     reason = below_chance_reason(kept_set_rows(2000, 1000, 1000, 390), 1000)
