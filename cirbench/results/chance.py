@@ -11,8 +11,8 @@ its purity figure and the claims read. ``n_samples`` and the kept counts are tha
 
 The cell is flagged when the one-sided exact test says the kept set is dirtier than chance:
 P(a random subset holds at most ``n_selected_clean`` clean samples) < :data:`KEPT_SET_ALPHA`
-(0.01, the level at which the claims call a kept set cleaner than chance). A kept set of 20
-at 49% clean against 50% by chance is far from it (p about 0.5). Not judged: a cell with no
+(0.01, the level at which the claims call a kept set cleaner than chance). A kept set of
+100 at 49% clean against 50% by chance is far from it (p = 0.44). Not judged: a cell with no
 kept set (a method that only scores, or one that keeps nothing) and a training set with no
 noise; a method that keeps everything sits exactly at chance, an oracle far above it.
 
