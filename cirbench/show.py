@@ -125,7 +125,8 @@ class GridProgress:
 
 
 def summary(console: Console, run: RunSummary, title: str) -> None:
-    """The run summary table after a grid, its warnings first and its collapse flags after."""
+    """The run summary table after a grid, its warnings first and its flags (collapsed, kept
+    set below chance) after."""
     for run_id, count in run.nonfinite:
         console.print(f"[yellow]warning:[/] {escape(run_id)}: {count} validation queries had a NaN or "
                       "infinite score (counted as misses where the target's score is one)")
@@ -136,16 +137,17 @@ def summary(console: Console, run: RunSummary, title: str) -> None:
     flagged = []
     for row in run.rows:
         k = row.key
-        if row.collapse_reason:
-            flagged.append(f"{k.method} noise={k.noise_rate:g} seed={k.seed}: {row.collapse_reason}")
+        flags = [(name, reason) for name, reason in (("[red]collapsed[/]", row.collapse_reason),
+                                                     ("[yellow]below chance[/]", row.below_chance_reason)) if reason]
+        flagged += [f"{name} {escape(f'{k.method} noise={k.noise_rate:g} seed={k.seed}: {reason}')}" for name, reason in flags]
         table.add_row(
             k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed),
-            f"{row.status} [red]collapsed[/]" if row.collapse_reason else row.status,
+            " ".join([row.status, *(name for name, _ in flags)]),
             *(_fmt(v) for v in row.recall.values()), _fmt(row.purity), _fmt(row.auroc),
         )
     console.print(table)
-    for line in flagged:  # a flag, not a failure: the numbers above stay (docs/report.md)
-        console.print(f"[red]collapsed[/] {escape(line)}")
+    for line in flagged:  # flags, not failures: the numbers above stay (docs/report.md)
+        console.print(line)
 
 
 def calibration(console: Console, checks: list, title: str) -> None:

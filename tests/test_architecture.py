@@ -176,8 +176,8 @@ def test_the_report_imports_nothing_from_the_engine() -> None:
     assert found == []
 
 
-CELL_LIFE = {"train_cell", "inject_noise", "hold_out", "collapse_reason", "evaluate", "write_run", "CellLock",
-             "check_start", "save_checkpoint", "confirm_cell", "settle_failure"}
+CELL_LIFE = {"train_cell", "inject_noise", "hold_out", "collapse_reason", "below_chance_reason", "evaluate", "write_run",
+             "CellLock", "check_start", "save_checkpoint", "confirm_cell", "settle_failure"}
 """What a cell's life calls (:mod:`cirbench.engine.cell`): none of it belongs in the grid."""
 
 

@@ -14,7 +14,9 @@ from cirbench.engine.purity import purity_rows
 from cirbench.report import build_report, load_results
 from cirbench.report.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN
+from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, MAIN_SCORE, SCHEMAS, CellKey, ResultsStore
+from test_chance import kept_complement
 
 N_TRAIN, N_QUERIES, SEEDS = 300, 300, (0, 1, 2)
 # R@10 hit probability per method and rate: robust methods ahead at 50 and 80%, the gap
@@ -235,3 +237,21 @@ def test_a_check_on_a_collapsed_cell_is_inconclusive_and_names_it(tmp_path: Path
     assert robust.verdict_text == "inconclusive (collapsed: conesep at 50% (seed 1))"
     assert "(inconclusive; collapsed: conesep at 50% (seed 1))" in check_line(check)
     assert kept_set_check(setting, "conesep", 0.5).collapsed == ("conesep at 50% (seed 1)",)
+
+
+def test_a_kept_set_below_chance_is_read_by_the_claims_not_set_aside(tmp_path: Path) -> None:
+    """A flag, not a failure: the kept-set claim counts the seed as not holding, and the
+    checks that read the cell keep their verdicts (none is made inconclusive, none names it)."""
+    write_claims_results(tmp_path, [(m, 0.5, s) for m in ("sprc", "conesep") for s in SEEDS])
+    tables, n_noisy = _cell("conesep", 0.5, 1)
+    tables = kept_complement(tables)
+    reason = below_chance_reason(tables["purity"], n_noisy)
+    ResultsStore(tmp_path).write_run(CellKey("conesep-0.5-1", "conesep", "toy", "tiny", "thirds", 0.5, 1),
+                                     _run_row(n_noisy) | {"below_chance": True, "below_chance_reason": reason}, tables)
+    (setting,) = load_results(tmp_path).settings
+    assert setting.below_chance.run_id.tolist() == ["conesep-0.5-1"] and reason
+    check = kept_set_check(setting, "conesep", 0.5)
+    assert check.verdict == DOES_NOT_HOLD and check.collapsed == () and "seed 1: " in check.numbers
+    (robust,) = [c for c in paper_claims(setting, n_resamples=100) if c.source.startswith("ConeSep Sec. 4.2")]
+    recall = {c.label: c for c in robust.checks}["conesep - sprc at 50%"]
+    assert recall.verdict == HOLDS and not recall.collapsed

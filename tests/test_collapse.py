@@ -1,5 +1,6 @@
 """The collapse guard (cirbench.results.collapse): the rule on constructed metrics and losses,
-and the ``collapsed`` / ``collapse_reason`` columns a grid cell's ``runs`` row carries."""
+and the ``collapsed`` / ``collapse_reason`` columns a grid cell's ``runs`` row carries (and
+its ``below_chance`` ones, cirbench.results.chance)."""
 
 from __future__ import annotations
 
@@ -102,12 +103,16 @@ def test_a_grid_cell_records_the_flag_and_keeps_its_numbers(tmp_path: Path, cach
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     grid = _grid(tmp_path, cache_dir)
     monkeypatch.setattr(cell_module, "text_only_recall", lambda *args: 1.5)  # a reference no cell reaches
+    chance = "kept set 39.0% clean (390 of 1000) below chance 50.0% (p=4e-23) at the final epoch (1)"
+    seen = []  # the kept-set rule (cirbench.results.chance) on the cell's own purity rows and n_noisy
+    monkeypatch.setattr(cell_module, "below_chance_reason", lambda purity, n_noisy: seen.append(n_noisy) or chance)
     outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
     runs = pd.read_parquet(tmp_path / "results" / "runs")
     (row,) = runs.to_dict("records")
     assert row["status"] == "completed" and isinstance(row["collapsed"], (bool, np.bool_)) and row["collapsed"]
     assert row["collapse_reason"].endswith("below text_only 1.500 at the final epoch (1)")
+    assert seen == [row["n_noisy"]] and row["below_chance"] and row["below_chance_reason"] == chance
     metrics = pd.read_parquet(tmp_path / "results" / "metrics")
     assert len(metrics) and np.isfinite(metrics.value).all()  # a flag, not a failure: the numbers stay
 
@@ -115,4 +120,5 @@ def test_a_grid_cell_records_the_flag_and_keeps_its_numbers(tmp_path: Path, cach
     monkeypatch.setattr(cli_grid, "console", printed)
     cli_grid.print_summary(grid, [outcome])  # what `cirbench run` prints after the grid
     summary = printed.file.getvalue()
-    assert "completed collapsed" in summary and row["collapse_reason"] in summary
+    assert "completed collapsed below chance" in summary and row["collapse_reason"] in summary
+    assert f"below chance sprc noise=0.5 seed=0: {chance}" in summary

@@ -19,7 +19,10 @@ from cirbench.report import ReportError, build_report, load_results
 from cirbench.report.tables import (
     CIRR_AVG, FIQ_AVG, Cell, ablation_table, best_per_rate, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
 )
+from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
+from cirbench.results.summary import run_summary
+from test_chance import kept_complement
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N_TRAIN = 60
@@ -261,6 +264,53 @@ def test_results_written_before_the_collapse_guard_are_judged_when_read(tmp_path
     assert judged.loc[0, "collapse_reason"] == "" and not judged.loc[0, "collapsed"]
     assert judged.loc[1, "collapsed"] and "below text_only 0.900 at the final epoch (2)" in judged.loc[1, "collapse_reason"]
     assert setting.label("sprc", 0.2) == "sprc†"
+
+
+def _dirty_kept_set(root: Path, rate: float, seed: int) -> str:
+    """Rewrite robust's cell at ``rate`` and ``seed`` with a kept set of mostly noisy samples,
+    flagged as the engine flags it; returns the reason."""
+    tables, n_noisy = _tables("robust", rate, seed)
+    tables = kept_complement(tables)
+    reason = below_chance_reason(tables["purity"], n_noisy)
+    row = _run_row("robust", "completed") | {"n_noisy": n_noisy, "below_chance": bool(reason), "below_chance_reason": reason}
+    ResultsStore(root).write_run(CellKey(f"robust-{rate}-{seed}", "robust", "toy", "tiny", "thirds", rate, seed), row, tables)
+    return reason
+
+
+def test_a_kept_set_below_chance_is_marked_in_the_purity_table_and_listed_per_seed(built, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    write_results(root, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))
+    reason = _dirty_kept_set(root, 0.2, 0)
+    assert reason.startswith("kept set ") and "below chance 80.0% (p=" in reason and reason.endswith("final epoch (2)")
+    page = build_report(root, tmp_path / "report")
+    markdown = (page.parent / "report.md").read_text(encoding="utf-8")
+    table = markdown.split("### Kept-set purity and noise detection", 1)[1].split("###", 1)[0]
+    assert "| robust‡ |" in table and "‡ kept set less clean than a random subset" in table
+    assert "robust at 20% on 1 of 2 seeds" in table  # the footnote, per seed
+    assert "‡" not in markdown.split("### Retrieval", 1)[1].split("###", 1)[0]  # a flag of the kept set only
+    assert "‡ 1 run(s) kept a set less clean than a random subset" in markdown  # at a glance
+    section = markdown.split("### Kept sets below chance", 1)[1].split("###", 1)[0]
+    assert f"| robust | 20% | 0 | {reason} |" in section and "A flag, not a failure" in section
+    assert "| robust | 20% | 1 |" not in section
+    assert markdown.index("### Collapsed cells") < markdown.index("### Kept sets below chance")
+    assert "No cell is flagged collapsed." in markdown  # not a collapse
+    assert "robust‡" in page.read_text(encoding="utf-8") and reason in page.read_text(encoding="utf-8")
+    assert "No kept set is flagged below chance." in (built[1].parent / "report.md").read_text(encoding="utf-8")
+
+
+def test_results_written_before_the_chance_flag_are_judged_when_read(tmp_path: Path) -> None:
+    write_results(tmp_path, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))
+    reason = _dirty_kept_set(tmp_path, 0.2, 1)
+    for part in (tmp_path / "runs").glob("*.parquet"):  # as a results folder of an earlier version wrote them
+        pq.write_table(pq.read_table(part).drop_columns(["below_chance", "below_chance_reason"]), part)
+    assert ResultsStore(tmp_path).read("runs").below_chance_reason.isna().all()
+    (setting,) = load_results(tmp_path).settings
+    assert setting.below_chance[["method", "seed", "below_chance_reason"]].values.tolist() == [["robust", 1, reason]]
+    assert setting.runs.below_chance.tolist().count(False) == len(setting.runs) - 1
+    assert setting.below_chance_mark("robust", 0.2) == "‡" and setting.below_chance_mark("sprc", 0.2) == ""
+    keys = [CellKey(r.run_id, r.method, "toy", "tiny", "thirds", 0.2, r.seed) for r in setting.runs.itertuples()]
+    summary = run_summary(ResultsStore(tmp_path), [(key, "completed") for key in keys], ["sprc", "robust"])
+    assert [row.below_chance_reason for row in summary.rows] == ["", "", "", reason]  # `cirbench run`'s summary too
 
 
 def test_report_of_only_failed_cells_lists_them(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from sklearn.metrics import roc_auc_score
 from cirbench.report.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
 from cirbench.report.significance import (
     DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN, Term, combine_verdicts, difference, kept_set_test,
-    paired_comparison, seed_interval, verdict,
+    kept_set_verdict, paired_comparison, seed_interval, verdict,
 )
 from cirbench.report.tables import CIRR_AVG, FIQ_AVG
 
@@ -185,11 +185,11 @@ def test_sample_bootstrap_reads_each_run_on_the_samples_it_trained_on() -> None:
 def test_kept_set_test_on_a_constructed_purity() -> None:
     # 1000 samples, 500 clean; a kept set of 400 with 300 clean (75% against 50% by chance)
     clean = kept_set_test(1000, 500, 400, 300)
-    assert clean.p_cleaner < 1e-20 and clean.verdict() == HOLDS
+    assert clean.p_cleaner < 1e-20 and kept_set_verdict(clean) == HOLDS
     assert clean.p_cleaner == pytest.approx(stats.hypergeom(1000, 500, 400).sf(299))
     assert (clean.purity, clean.chance) == (0.75, 0.5)
-    assert kept_set_test(1000, 500, 400, 200).verdict() == INCONCLUSIVE  # exactly chance
-    assert kept_set_test(1000, 500, 400, 150).verdict() == DOES_NOT_HOLD  # dirtier than chance
+    assert kept_set_verdict(kept_set_test(1000, 500, 400, 200)) == INCONCLUSIVE  # exactly chance
+    assert kept_set_verdict(kept_set_test(1000, 500, 400, 150)) == DOES_NOT_HOLD  # dirtier than chance
     assert kept_set_test(10, 5, 4, 4).p_cleaner == pytest.approx(5 / 210)  # C(5,4)/C(10,4)
     with pytest.raises(ValueError, match="inconsistent"):
         kept_set_test(10, 5, 4, 6)

@@ -1,6 +1,6 @@
 """One cell's life, start to finish: under the cell's lock (unless it is complete), the
 dataset and a fresh backbone from the recorded start, the noise injection, the held-out
-split (settled here once and handed to training), training, the collapse check, the
+split (settled here once and handed to training), training, the collapse and chance checks, the
 ``runs`` row and the write of every table; a reference row's evaluation likewise.
 
 The grid (:mod:`cirbench.engine.grid`) turns a spec into cells and says which are pending;
@@ -35,6 +35,7 @@ from cirbench.engine.start import check_start
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import Method, MethodConfig
 from cirbench.provenance import git_commit, package_versions
+from cirbench.results.chance import below_chance_reason
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW
 from cirbench.results.locks import CellLock
@@ -214,10 +215,12 @@ def _train(host: CellHost, cell: Cell, progress: ProgressFn, announce: Announce)
         if spec.save and is_main_process():  # under torchrun, rank 0 alone writes the weights
             row["checkpoint_path"] = str(save_checkpoint(spec, cell, result, dataset))
         confirm_cell()  # under torchrun: every rank finished the cell (or a failure elsewhere surfaces here)
-        reason = collapse_reason(tables["metrics"], tables["losses"], text_only)  # a flag, not a failure
+        reason = collapse_reason(tables["metrics"], tables["losses"], text_only)  # flags, not failures
+        chance = below_chance_reason(tables["purity"], row["n_noisy"])
         row.update(
             status="completed", steps=result.steps, model_seconds=result.model_seconds,
             seconds_per_step=result.model_seconds / max(result.steps, 1), collapsed=bool(reason), collapse_reason=reason,
+            below_chance=bool(chance), below_chance_reason=chance,
         )
         outcome = CellOutcome(cell, "completed", result.final, result=result)
     except KeyboardInterrupt:

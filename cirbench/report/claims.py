@@ -28,7 +28,7 @@ from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstr
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
     INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
-    kept_set_test, paired_comparison,
+    kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.report.selection import describe_rule, rule_view
 from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
@@ -299,7 +299,7 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     verdicts, parts = [], []
     for row in rows.sort_values("seed").itertuples(index=False):
         test = kept_set_test(int(row.n_samples), int(row.n_samples - row.n_noisy), int(row.n_selected), int(row.n_selected_clean))
-        verdicts.append(test.verdict())
+        verdicts.append(kept_set_verdict(test))
         parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance (p={test.p_cleaner:.1g})")
     if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
         return _guarded(Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"])), setting.runs, [Term(method, rate)])

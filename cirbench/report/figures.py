@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
+from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.references import OTHER_STYLE, REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
@@ -190,7 +190,8 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         for xi, c, n in zip(x, clean, noisy):
             if np.isfinite(c) and c + n > 0:
                 ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) for r in rates])
+        ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
+                          for r in rates])
         ax.set_ylim(0, top * 1.15)
         ax.set_title(_label(setting, method))
         ax.set_xlabel("noise rate")
@@ -210,7 +211,8 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
                  "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
                  "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
-                 f"samples only where its blue part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed.")
+                 f"samples only where its blue part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
+                 f"{BELOW_CHANCE_MARK}: kept a set less clean than chance on a seed (see Kept sets below chance).")
 
 
 def _by_type(setting: Setting) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
+from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
 
 
@@ -54,7 +54,8 @@ def _misses(setting: Setting) -> list[str]:
 
 def at_a_glance(setting: Setting) -> list[str]:
     """Plain-text sentences answering: who is best, whose kept set is cleanest, what is missed
-    (a method at a rate where it collapsed on any seed marked as the tables mark it)."""
+    (a method at a rate where it collapsed on any seed marked as the tables mark it), and how
+    many runs are flagged."""
     lines = []
     best = best_per_rate(setting)
     if best:
@@ -67,4 +68,8 @@ def at_a_glance(setting: Setting) -> list[str]:
     if len(flagged):
         lines.append(f"{COLLAPSE_MARK} {len(flagged)} run(s) flagged collapsed (below the text_only row or a constant loss): "
                      "a defect to explain, not a robustness result; see Collapsed cells.")
+    dirty = setting.below_chance
+    if len(dirty):
+        lines.append(f"{BELOW_CHANCE_MARK} {len(dirty)} run(s) kept a set less clean than a random subset of the same "
+                     "size (a flag, not a failure); see Kept sets below chance.")
     return lines + _best_purity(setting) + _misses(setting)

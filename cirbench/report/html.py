@@ -10,9 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
-from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
+from cirbench.report.collapsed import FlagList, flag_lists
 from cirbench.report.content import ReportContent
-from cirbench.report.load import Setting
 from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
 from cirbench.report.tables import to_html
 
@@ -63,14 +62,13 @@ def problems_html(problems: pd.DataFrame) -> str:
     return f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def collapsed_html(setting: Setting) -> str:
-    """The setting's collapsed cells as an HTML table, after the rule (or a line saying none)."""
-    rows = collapsed_rows(setting)
-    if not rows:
-        return f'<p class="note">{html.escape(NONE_COLLAPSED)} {html.escape(COLLAPSE_RULE)}</p>'
+def flags_html(flags: FlagList) -> str:
+    """One list of flagged cells as an HTML table, after its rule (or a line saying none)."""
+    if not flags.rows:
+        return f'<p class="note">{html.escape(flags.none)} {html.escape(flags.rule)}</p>'
     head = "".join(f"<th>{h}</th>" for h in ("Method", "Noise", "Seed", "Reason"))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<p class="note">{html.escape(COLLAPSE_RULE)}</p>'
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in flags.rows)
+    return (f'<p class="note">{html.escape(flags.rule)}</p>'
             f'<table class="problems collapsed"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 
@@ -110,7 +108,8 @@ def render_html(content: ReportContent) -> str:
         if section.claims_figure is not None:
             figure = section.claims_figure
             out.append(f"<figure>{_image(figure.path)}<figcaption>{html.escape(figure.caption)}</figcaption></figure>")
-        out += [f"<h3>{html.escape(COLLAPSED_TITLE)}</h3>", collapsed_html(section.setting)]
+        for flags in flag_lists(section.setting):
+            out += [f"<h3>{html.escape(flags.title)}</h3>", flags_html(flags)]
         for table in section.tables:
             out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]
         for figure in section.figures:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cirbench.results.chance import judge_below_chance
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW, TRIAL_LABEL
 from cirbench.results.selection import selection_values
@@ -23,6 +24,9 @@ CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 COLLAPSE_MARK = "†"
 """The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.results.collapse`)."""
+BELOW_CHANCE_MARK = "‡"
+"""The marker of a (method, noise rate) whose kept set is less clean than chance on at least
+one seed (:mod:`cirbench.results.chance`)."""
 
 
 class ReportError(ValueError):
@@ -113,22 +117,39 @@ class Setting:
             return f"{method} (perfect filter){mark}"
         return f"{method}{mark}"
 
+    def flagged(self, column: str) -> pd.DataFrame:
+        """The runs whose flag ``column`` (``collapsed``, ``below_chance``) is set, by method, rate and seed."""
+        runs = self.runs
+        flagged = runs[runs[column].eq(True)] if column in runs.columns else runs.iloc[:0]
+        return flagged.sort_values(["method", "noise_rate", "seed"])
+
     @property
     def collapsed(self) -> pd.DataFrame:
         """The runs flagged collapsed (:mod:`cirbench.results.collapse`), by method, rate and seed."""
-        runs = self.runs
-        flagged = runs[runs.collapsed.eq(True)] if "collapsed" in runs.columns else runs.iloc[:0]
-        return flagged.sort_values(["method", "noise_rate", "seed"])
+        return self.flagged("collapsed")
+
+    @property
+    def below_chance(self) -> pd.DataFrame:
+        """The runs whose kept set is less clean than chance (:mod:`cirbench.results.chance`)."""
+        return self.flagged("below_chance")
+
+    def flag_counts(self, column: str, method: str, rate: float) -> tuple[int, int]:
+        """(seeds on which ``method`` at ``rate`` is flagged ``column``, seeds it was run on)."""
+        cell = self.runs[(self.runs.method == method) & np.isclose(self.runs.noise_rate.astype(float), rate)]
+        flagged = cell[column].eq(True).sum() if column in cell.columns else 0
+        return int(flagged), len(cell)
 
     def collapse_counts(self, method: str, rate: float) -> tuple[int, int]:
         """(seeds on which the cell collapsed, seeds it was run on) of ``method`` at ``rate``."""
-        cell = self.runs[(self.runs.method == method) & np.isclose(self.runs.noise_rate.astype(float), rate)]
-        flagged = cell.collapsed.eq(True).sum() if "collapsed" in cell.columns else 0
-        return int(flagged), len(cell)
+        return self.flag_counts("collapsed", method, rate)
 
     def collapse_mark(self, method: str, rate: float) -> str:
         """:data:`COLLAPSE_MARK` when ``method`` at ``rate`` collapsed on any seed, else ``""``."""
         return COLLAPSE_MARK if self.collapse_counts(method, rate)[0] else ""
+
+    def below_chance_mark(self, method: str, rate: float) -> str:
+        """:data:`BELOW_CHANCE_MARK` when ``method``'s kept set at ``rate`` is below chance on any seed, else ``""``."""
+        return BELOW_CHANCE_MARK if self.flag_counts("below_chance", method, rate)[0] else ""
 
     @property
     def noise_types(self) -> list[str]:
@@ -250,7 +271,7 @@ def load_results(root: Path | str) -> ReportData:
     references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
     tables = {name: store.read(name, [*kept.run_id, *references.run_id]) for name in DATA_TABLES}
     tables["ranks"] = _epoch_filled(tables["ranks"], tables["metrics"])
-    kept = _judge_unflagged(kept, references, tables)
+    kept = judge_below_chance(_judge_unflagged(kept, references, tables), tables["purity"])
     settings = []
     for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
         ids = set(setting_runs.run_id)

@@ -8,9 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
-from cirbench.report.collapsed import COLLAPSE_RULE, COLLAPSED_TITLE, NONE_COLLAPSED, collapsed_rows
+from cirbench.report.collapsed import FlagList, flag_lists
 from cirbench.report.content import ReportContent
-from cirbench.report.load import Setting
 from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
 from cirbench.report.tables import to_markdown
 
@@ -27,13 +26,12 @@ def problems_markdown(problems: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def collapsed_markdown(setting: Setting) -> str:
-    """The setting's collapsed cells as a Markdown table, after the rule (or a line saying none)."""
-    rows = collapsed_rows(setting)
-    if not rows:
-        return f"{NONE_COLLAPSED} {COLLAPSE_RULE}"
-    lines = [COLLAPSE_RULE, "", "| Method | Noise | Seed | Reason |", "|:--|:--|:--|:--|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+def flags_markdown(flags: FlagList) -> str:
+    """One list of flagged cells as a Markdown table, after its rule (or a line saying none)."""
+    if not flags.rows:
+        return f"{flags.none} {flags.rule}"
+    lines = [flags.rule, "", "| Method | Noise | Seed | Reason |", "|:--|:--|:--|:--|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in flags.rows]
     return "\n".join(lines)
 
 
@@ -64,7 +62,8 @@ def render_markdown(content: ReportContent, output: Path) -> str:
         if section.claims_figure is not None:
             figure = section.claims_figure
             parts += [figure.caption, "", f"![{figure.title}]({figure.path.relative_to(output).as_posix()})", ""]
-        parts += [f"### {COLLAPSED_TITLE}", "", collapsed_markdown(section.setting), ""]
+        for flags in flag_lists(section.setting):
+            parts += [f"### {flags.title}", "", flags_markdown(flags), ""]
         for table in section.tables:
             parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
         for figure in section.figures:

@@ -34,12 +34,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from cirbench.results.chance import KEPT_SET_ALPHA, KeptSetTest, kept_set_test  # noqa: F401  (re-exported)
+
 HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
 VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN)
 LEVEL = 0.95
 NON_INFERIORITY = -0.01
 """The threshold of "loses no more than a point" (metrics are fractions)."""
-KEPT_SET_ALPHA = 0.01
 
 Interval = tuple[float, float]
 Resampler = Callable[[list[str]], "np.ndarray | None"]
@@ -200,47 +201,10 @@ def paired_comparison(
     return result
 
 
-@dataclass(frozen=True)
-class KeptSetTest:
-    """One run's kept set against a random subset of the same size (hypergeometric)."""
-
-    n_samples: int
-    n_clean: int
-    n_selected: int
-    n_selected_clean: int
-    p_cleaner: float
-    """P(a random subset of ``n_selected`` has at least ``n_selected_clean`` clean samples)."""
-    p_dirtier: float
-    """P(a random subset has at most ``n_selected_clean`` clean samples)."""
-
-    @property
-    def purity(self) -> float:
-        """The clean share of the kept set."""
-        return self.n_selected_clean / self.n_selected if self.n_selected else math.nan
-
-    @property
-    def chance(self) -> float:
-        """The expected clean share of a random subset: the training set's clean share."""
-        return self.n_clean / self.n_samples if self.n_samples else math.nan
-
-    def verdict(self, alpha: float = KEPT_SET_ALPHA) -> str:
-        """Cleaner than chance at ``alpha`` holds; dirtier at ``alpha`` does not; else inconclusive."""
-        if self.p_cleaner < alpha:
-            return HOLDS
-        if self.p_dirtier < alpha:
-            return DOES_NOT_HOLD
-        return INCONCLUSIVE
-
-
-def kept_set_test(n_samples: int, n_clean: int, n_selected: int, n_selected_clean: int) -> KeptSetTest:
-    """Is a kept set of ``n_selected`` samples with ``n_selected_clean`` clean ones cleaner
-    than a random subset of the same size of ``n_samples`` samples, ``n_clean`` clean?
-    Both hypergeometric tails (``scipy.stats.hypergeom``)."""
-    counts = (n_samples, n_clean, n_selected, n_selected_clean)
-    if (min(counts) < 0 or n_clean > n_samples or n_selected > n_samples or n_selected_clean > min(n_clean, n_selected)
-            or n_selected - n_selected_clean > n_samples - n_clean):
-        raise ValueError(f"inconsistent kept-set counts: n_samples={n_samples}, n_clean={n_clean}, "
-                         f"n_selected={n_selected}, n_selected_clean={n_selected_clean}")
-    law = stats.hypergeom(n_samples, n_clean, n_selected)
-    return KeptSetTest(n_samples, n_clean, n_selected, n_selected_clean,
-                       float(law.sf(n_selected_clean - 1)), float(law.cdf(n_selected_clean)))
+def kept_set_verdict(test: KeptSetTest, alpha: float = KEPT_SET_ALPHA) -> str:
+    """Cleaner than chance at ``alpha`` holds; dirtier at ``alpha`` does not; else inconclusive."""
+    if test.p_cleaner < alpha:
+        return HOLDS
+    if test.p_dirtier < alpha:
+        return DOES_NOT_HOLD
+    return INCONCLUSIVE

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cirbench.report.load import COLLAPSE_MARK, Setting, final_epoch
+from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.results.headline import (  # noqa: F401  (re-exported: the report's modules read them from here)
     CIRR_AVG, FIQ_AVG, SUMMARY_GROUPS, SUMMARY_METRIC, headline_column, metric_groups, metric_label, wide_columns,
 )
@@ -94,26 +94,36 @@ def _format(mean: float, std: float, n: int) -> str:
     return f"{mean:.2f} ± {std:.2f}" if n >= 2 and math.isfinite(std) else f"{mean:.2f}"
 
 
-def collapse_note(setting: Setting, cells: list[tuple[str, float]]) -> str:
-    """The footnote of a table showing ``cells`` (method, noise rate): each of them that
-    collapsed on any seed, on how many (``""`` when none did)."""
+def _flag_note(setting: Setting, cells: list[tuple[str, float]], column: str, what: str) -> str:
+    """The footnote of a table showing ``cells`` (method, noise rate): each of them flagged
+    ``column`` on any seed, on how many, after ``what`` (``""`` when none is)."""
     parts = []
     for method, rate in dict.fromkeys(cells):
-        flagged, seeds = setting.collapse_counts(method, rate)
+        flagged, seeds = setting.flag_counts(column, method, rate)
         if flagged:
             parts.append(f"{method} at {rate_label(rate)} on {flagged} of {seeds} seed{'s' * (seeds != 1)}")
-    if not parts:
-        return ""
-    return (f" {COLLAPSE_MARK} collapsed (R@10 below the text_only row or a constant loss: a defect, not a robustness "
-            f"result; reasons under Collapsed cells): {'; '.join(parts)}.")
+    return f" {what}: {'; '.join(parts)}." if parts else ""
+
+
+def collapse_note(setting: Setting, cells: list[tuple[str, float]]) -> str:
+    """The footnote of the cells that collapsed on any seed, on how many (``""`` when none did)."""
+    return _flag_note(setting, cells, "collapsed", f"{COLLAPSE_MARK} collapsed (R@10 below the text_only row or a "
+                      "constant loss: a defect, not a robustness result; reasons under Collapsed cells)")
+
+
+def below_chance_note(setting: Setting, cells: list[tuple[str, float]]) -> str:
+    """The footnote of the cells whose kept set is less clean than chance on any seed (``""`` when none is)."""
+    return _flag_note(setting, cells, "below_chance", f"{BELOW_CHANCE_MARK} kept set less clean than a random subset "
+                      "of the same size (a flag, not a failure; numbers under Kept sets below chance)")
 
 
 def _ranked_table(
     title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
-    unranked: frozenset[str] = frozenset(),
+    unranked: frozenset[str] = frozenset(), kept_sets: bool = False,
 ) -> TableModel:
     """Rows method within noise rate from :func:`summarize` output, best/second marked per
-    column and rate (oracles and ``unranked`` columns never marked)."""
+    column and rate (oracles and ``unranked`` columns never marked); with ``kept_sets`` the
+    rows whose kept set is below chance are marked too."""
     rows, shown = [], []
     for rate in sorted(stats.index.get_level_values("noise_rate").unique()):
         block = stats.xs(rate, level="noise_rate")
@@ -128,8 +138,10 @@ def _ranked_table(
             for c in columns:
                 mean, std, n = block.loc[method, [("mean", c), ("std", c), ("n", c)]]
                 cells.append(Cell(_format(float(mean), float(std), int(n)), ranks[c].get(method, 0)))
-            rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
-    return TableModel(title, columns, rows, note + collapse_note(setting, shown))
+            mark = setting.below_chance_mark(method, rate) if kept_sets else ""
+            rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate) + mark, cells))
+    note += collapse_note(setting, shown) + (below_chance_note(setting, shown) if kept_sets else "")
+    return TableModel(title, columns, rows, note)
 
 
 def recall_table(setting: Setting) -> TableModel | None:
@@ -250,7 +262,7 @@ def purity_table(setting: Setting) -> TableModel | None:
     )
     return _ranked_table(
         "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note,
-        unranked=frozenset({PURITY_COLUMNS["kept"]}),
+        unranked=frozenset({PURITY_COLUMNS["kept"]}), kept_sets=True,
     )
 
 

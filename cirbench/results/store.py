@@ -72,6 +72,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("n_warnings", pa.int64()),
         ("collapsed", pa.bool_()),  # cirbench.results.collapse: a flag, not a failure
         ("collapse_reason", pa.string()),
+        ("below_chance", pa.bool_()),  # cirbench.results.chance: the final kept set less clean than chance (a flag)
+        ("below_chance_reason", pa.string()),
         ("n_nonfinite_queries", pa.int64()),  # final validation queries with a NaN or infinite score (misses)
         ("parts", pa.string()),  # JSON {table: {rows, bytes, sha256}} of the other parts (cirbench.results.verify)
     ],
@@ -126,13 +128,15 @@ MAIN_SCORE = "noise_score"
 """The ``score_name`` of a method's main per-sample score (``StepOutput.noise_score``); the
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
-                                "collapsed": False, "collapse_reason": "",
+                                "collapsed": False, "collapse_reason": "", "below_chance": False, "below_chance_reason": "",
                                 "start_key": "", "holdout": 0.0, "n_holdout": 0}
 """Values of columns a writer may leave out."""
-_READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in ("collapsed", "collapse_reason")}
-"""What parts written before a column existed read as. The collapse flag has none: a run
-written before the guard reads as not judged (null), and the report judges it from its
-tables (:func:`cirbench.report.load.load_results`)."""
+_JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
+"""The flags a run written before them lacks: it reads as not judged (null), and the reader
+judges it from its tables (:func:`cirbench.report.load.load_results`,
+:func:`cirbench.results.chance.judge_below_chance`)."""
+_READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in _JUDGED_ON_READ}
+"""What parts written before a column existed read as (the flags: nothing)."""
 
 SCHEMAS: dict[str, pa.Schema] = {name: pa.schema(KEY_FIELDS + fields) for name, fields in _TABLE_FIELDS.items()}
 TABLES: tuple[str, ...] = tuple(SCHEMAS)

@@ -1,12 +1,13 @@
 """The run summary of ``cirbench run``: per cell, the final headline recall, purity and
-AUROC as the store holds them, the collapse flag, and the cells whose final validation
-had non-finite scores (pandas only: the CLI prints it)."""
+AUROC as the store holds them, the collapse and below-chance flags, and the cells whose
+final validation had non-finite scores (pandas only: the CLI prints it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from cirbench.results.chance import judge_below_chance
 from cirbench.results.headline import headline_rows
 from cirbench.results.store import MAIN_SCORE, CellKey, ResultsStore
 
@@ -23,6 +24,7 @@ class SummaryRow:
     purity: float | None
     auroc: float | None
     collapse_reason: str = ""
+    below_chance_reason: str = ""
 
 
 @dataclass
@@ -52,7 +54,8 @@ def run_summary(store: ResultsStore, cells: list[tuple[CellKey, str]], order: li
     read. Raises :class:`~cirbench.results.store.ResultsFolderError` on an unreadable part."""
     ids = [key.run_id for key, status in cells if status != "locked"]
     metrics, purity, runs = (store.read(table, ids) for table in ("metrics", "purity", "runs"))
-    reasons = runs.set_index("run_id").collapse_reason.fillna("")  # "" when healthy (cirbench.results.collapse)
+    flags = judge_below_chance(runs, purity).set_index("run_id")  # "" when healthy (cirbench.results.collapse, .chance)
+    reasons, chance = flags.collapse_reason.fillna(""), flags.below_chance_reason
     purity = purity[(purity.score_name == MAIN_SCORE) & (purity.noise_type == "all")]
     summary = RunSummary(nonfinite=[(row.run_id, int(row.n_nonfinite_queries))
                                     for row in runs[runs.n_nonfinite_queries > 0].itertuples(index=False)])
@@ -63,6 +66,6 @@ def run_summary(store: ResultsStore, cells: list[tuple[CellKey, str]], order: li
         p = purity[purity.run_id == key.run_id]
         summary.rows.append(SummaryRow(
             key, status, {name: value.get(name) for name in SUMMARY_RECALLS}, _final(p, "purity"), _final(p, "auroc"),
-            str(reasons.get(key.run_id, "")),
+            str(reasons.get(key.run_id, "")), str(chance.get(key.run_id, "")),
         ))
     return summary
