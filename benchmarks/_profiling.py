@@ -1,0 +1,79 @@
+"""What the profiling scripts of ``benchmarks/`` share: timers wrapped around the harness's
+real functions (patched in this process only), the grid they profile (the default as
+``cirbench run`` builds it, held-out split included) and the set-up a grid pays once
+(process start-up, the reference rows)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from cirbench.cli_grid import resolved_holdout
+from cirbench.engine.grid import Grid, GridSpec
+
+HELD_OUT, VALIDATION = "held-out", "validation"
+
+
+def timed(name: str | Callable[[dict[str, Any]], str], fn: Callable, into: dict[str, float]) -> Callable:
+    """``fn`` with its wall time added to ``into[name]`` on every call (``into`` a defaultdict;
+    ``name`` may be a function of the call's keyword arguments, e.g. :func:`evaluated_split`)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            into[name if isinstance(name, str) else name(kwargs)] += time.perf_counter() - start
+
+    return wrapper
+
+
+def evaluated_split(kwargs: dict[str, Any]) -> str:
+    """Which split a call of the training loop's ``evaluate`` ranks (:data:`HELD_OUT` or
+    :data:`VALIDATION`): the held-out split is the one ranked against a ``gallery`` of its own
+    (:func:`cirbench.engine.train.train_cell`)."""
+    return HELD_OUT if kwargs.get("gallery") is not None else VALIDATION
+
+
+@contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` set to ``value`` within the block, put back on exit (an attribute that
+    ``owner``, a module or a class, only inherited is removed again)."""
+    own, original = name in vars(owner), getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+def default_spec(methods: list[str], noise_rates: list[float], epochs: int, cache_dir: Path, output: Path) -> GridSpec:
+    """The grid ``cirbench run --methods ... --noise ... --epochs ...`` builds on the default
+    dataset and backbone, with the held-out share it resolves for that dataset (10% on the
+    generated ``shapes``), writing its results under ``output``."""
+    holdout = resolved_holdout(None, GridSpec.dataset)
+    return GridSpec(methods=methods, noise_rates=noise_rates, epochs=epochs, output=output, cache_dir=cache_dir,
+                    holdout=holdout)
+
+
+def reference_rows_seconds(grid: Grid) -> float:
+    """Wall time of evaluating the grid's reference rows, which a grid runs once before its
+    cells (and which a cell then reads instead of evaluating its ``text_only`` row)."""
+    start = time.perf_counter()
+    for cell in grid.reference_cells():
+        grid.run_reference(cell, announce=lambda message: None)
+    return time.perf_counter() - start
+
+
+def start_up_seconds() -> float:
+    """Wall time of a fresh interpreter importing what a worker process imports."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.parallel"], check=True)
+    return time.perf_counter() - start

@@ -1,0 +1,371 @@
+"""How far a cell is from the limit: the FLOPs of a cell's parts, counted with
+``torch.utils.flop_counter``, against their wall time, as shares of the float32 matrix
+product's rate measured in the same run and thread setting.
+
+    python benchmarks/cell_flops.py                    # every method at 50% noise, the default schedule
+    python benchmarks/cell_flops.py --json flops.json  # the same, its numbers also written for the docs
+    python benchmarks/cell_flops.py --methods sprc,hug --epochs 1 --max-steps 3   # a quick check of the script
+
+One process, one thread unless ``--threads``. The grid is the default ``cirbench run``
+builds (the held-out split included); its reference rows run first, as a grid's do, then
+each method's cell runs as a worker process of ``cirbench run`` runs it
+(``run_cell_by_id``: the grid rebuilt, the dataset and the tower tokens read, the cell's
+whole life) with counters and timers wrapped around the real functions it calls (patched
+in this process only):
+
+- a training step, ``cirbench.engine.train.optimizer_step`` (the method's forward, the
+  backward, clipping and the AdamW step): FLOPs counted on the first step of every epoch,
+  which stands for its epoch's steps (a method whose step changes within an epoch, e.g.
+  TME leaving a warm-up phase mid-epoch, is counted as at its epoch's start); wall time
+  from the other steps;
+- an epoch's evaluation of each split, the training loop's ``evaluate``: the validation
+  queries against the dataset's gallery, the held-out queries against the training
+  gallery; FLOPs counted once per split, by an extra call after the cell's first
+  (evaluating changes nothing); wall time from the cell's own calls, one an epoch;
+- the method's epoch-level passes, ``Method.on_epoch_start`` (TME's per-sample pass and
+  GMM): run twice at each epoch's start, first under the counter with the random states
+  put back after it, then as the harness runs it, timed (the hosted methods' passes
+  depend on the model only, so the second is the harness's own).
+
+The counter's own time is taken out of the cell's wall time: the extra calls' whole time,
+and on each counted step what it took beyond the median step.
+
+The table, one block per method, one row per part (GFLOP: 1e9 floating-point operations as
+the counter counts them, two per multiply-add, forward and backward: matrix products,
+convolutions and attention; element-wise work, softmax, norms and the optimiser's update
+count nothing):
+
+- ``calls``: how often the cell runs the part (steps; epochs);
+- ``GFLOP``: one call's (a step's averaged over the cell's steps; the passes' averaged
+  over the epochs); ``seconds``: one call's wall time (a step's and an evaluation's: the
+  median; the passes': the mean over the epochs);
+- ``GFLOP/s``: GFLOP / seconds; ``% of mm``: that rate as a share of the matrix rate;
+- ``% of cell``: the part's share of the cell's wall time (all its calls);
+- ``cell``: steps x their FLOPs + epochs x (both evaluations + the passes), over the
+  cell's wall time: its set-up (the grid, the dataset and tokens read, the backbone and
+  its start, the noise, the held-out split, writing the results) and the bookkeeping
+  between the parts count no FLOPs, which is why it is lower than its parts; ``batches``
+  and ``set-up, rest`` are the time the cell spends building batches and outside every
+  timed part.
+
+A summary line per method follows (the step's, the two evaluations' and the cell's % of
+mm). The matrix rate is the best of ``torch.mm`` of two 1024 x 1024 float32 matrices,
+measured before and after the cells; process start-up (once per worker process) and the
+reference rows (once per grid) are printed apart. ``--json`` writes every number of the
+table, each part's FLOPs by operator and each epoch's counted step.
+
+Run it by hand on an otherwise idle machine (it is not a test) and quote its figures as
+ratios from one run. ``--epochs`` and ``--max-steps`` (training steps per epoch) shrink
+the cells for a quick check of the script: their figures are then the shrunk cells', not
+the default's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import tempfile
+import time
+from collections import Counter, defaultdict
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import cirbench.engine.train as train_module
+from _profiling import (HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds,
+                        start_up_seconds, timed)
+from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+
+METHODS = "sprc,tme,conesep,hug,habit,intent,oracle"
+STEP, PASSES, BATCHES, REST = "step", "passes", "batches", "set-up, rest"
+
+
+@dataclass
+class Counted:
+    """A call run under the FLOP counter: its result, its FLOPs (in all and per operator)
+    and its wall time (the counter's own time included)."""
+
+    result: Any
+    flops: int
+    ops: dict[str, int]
+    seconds: float
+
+
+def count(fn: Callable, *args: Any, **kwargs: Any) -> Counted:
+    """``fn(*args, **kwargs)`` under :class:`FlopCounterMode`."""
+    mode = FlopCounterMode(display=False)
+    start = time.perf_counter()
+    with mode:
+        result = fn(*args, **kwargs)
+    seconds = time.perf_counter() - start
+    ops = {str(op): int(n) for op, n in mode.get_flop_counts().get("Global", {}).items()}
+    return Counted(result, int(mode.get_total_flops()), ops, seconds)
+
+
+@contextmanager
+def random_states_kept() -> Iterator[None]:
+    """Within the block torch's and numpy's global random states may be drawn from; both are put back on exit."""
+    state = np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            np.random.set_state(state)
+
+
+def matmul_rate(n: int = 1024, repeats: int = 10, trials: int = 7) -> float:
+    """FLOP/s of ``torch.mm`` of two ``n`` x ``n`` float32 matrices in this thread setting:
+    the best of ``trials`` means over ``repeats`` products."""
+    a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(trials):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b, out=out)
+        best = min(best, (time.perf_counter() - start) / repeats)
+    return 2 * n**3 / best
+
+
+def first_batches(epoch_batches: Callable, max_steps: int, loop_seed: int) -> Callable:
+    """``epoch_batches`` cut to its first ``max_steps`` batches where the training loop asks
+    for them (the cell's seed: its epochs, its steps per epoch, hence its schedule); a
+    method's full passes over the training set (``TrainingContext.iterate``, seeded apart) stay whole."""
+
+    def cut(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
+        batches = epoch_batches(n, batch_size, seed, epoch, shuffle)
+        return batches[:max_steps] if seed == loop_seed else batches
+
+    return cut
+
+
+@dataclass
+class CellProbe:
+    """The counters and timers of one cell, and what they found."""
+
+    steps: Counter = field(default_factory=Counter)
+    """Steps per epoch."""
+    counted_steps: dict[int, Counted] = field(default_factory=dict)
+    """Each epoch's counted (first) step."""
+    step_seconds: list[float] = field(default_factory=list)
+    """Wall time of every step not counted."""
+    evaluations: dict[str, Counted] = field(default_factory=dict)
+    """Each split's counted evaluation (an extra call)."""
+    evaluation_seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """Wall time of each split's evaluation, every epoch."""
+    passes: list[Counted] = field(default_factory=list)
+    """Each epoch's counted passes (an extra call)."""
+    pass_seconds: list[float] = field(default_factory=list)
+    """Wall time of each epoch's passes."""
+    aside_seconds: float = 0.0
+    """Wall time of the extra calls, run beside the cell's own."""
+    times: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Other timed parts (batch building)."""
+
+    def step(self, fn: Callable) -> Callable:
+        """The harness's ``optimizer_step``, counted on each epoch's first call, else timed."""
+        signature = inspect.signature(fn)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            epoch = signature.bind(*args, **kwargs).arguments["epoch"]
+            self.steps[epoch] += 1
+            if epoch not in self.counted_steps:
+                self.counted_steps[epoch] = count(fn, *args, **kwargs)
+                return self.counted_steps[epoch].result
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.step_seconds.append(time.perf_counter() - start)
+
+        return wrapper
+
+    def aside(self, fn: Callable, *args: Any, **kwargs: Any) -> Counted:
+        """``fn``'s FLOPs, counted by an extra call that leaves the random states as they were."""
+        with random_states_kept():
+            counted = count(fn, *args, **kwargs)
+        counted.result = None
+        self.aside_seconds += counted.seconds
+        return counted
+
+    def evaluate(self, fn: Callable) -> Callable:
+        """The training loop's ``evaluate``, timed, and counted by an extra call after each split's first."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            split = evaluated_split(kwargs)
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            self.evaluation_seconds[split].append(time.perf_counter() - start)
+            if split not in self.evaluations:  # after the cell's own call, which is timed as the harness runs it
+                self.evaluations[split] = self.aside(fn, *args, **kwargs)
+            return result
+
+        return wrapper
+
+    def on_epoch_start(self, fn: Callable) -> Callable:
+        """A method's ``on_epoch_start``: counted by an extra call every epoch, and timed."""
+
+        def wrapper(method: Any, epoch: int) -> Any:
+            self.passes.append(self.aside(fn, method, epoch))
+            start = time.perf_counter()
+            try:
+                return fn(method, epoch)
+            finally:
+                self.pass_seconds.append(time.perf_counter() - start)
+
+        return wrapper
+
+
+def run_probed(spec: GridSpec, cell: Cell, max_steps: int | None) -> tuple[CellProbe, dict[str, Any], float]:
+    """Run ``cell`` of ``spec``'s grid as a worker process does, with a :class:`CellProbe` on
+    it; its outcome (:meth:`~cirbench.engine.cell.CellOutcome.record`) and wall time."""
+    probe, method_cls = CellProbe(), cell.method_cls
+    with ExitStack() as stack:
+        stack.enter_context(patched(train_module, "optimizer_step", probe.step(train_module.optimizer_step)))
+        stack.enter_context(patched(train_module, "evaluate", probe.evaluate(train_module.evaluate)))
+        stack.enter_context(patched(train_module.BatchMaker, "__call__",
+                                    timed(BATCHES, train_module.BatchMaker.__call__, probe.times)))
+        stack.enter_context(patched(method_cls, "on_epoch_start", probe.on_epoch_start(method_cls.on_epoch_start)))
+        if max_steps:
+            stack.enter_context(patched(train_module, "epoch_batches",
+                                        first_batches(train_module.epoch_batches, max_steps, cell.key.seed)))
+        start = time.perf_counter()
+        outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
+        wall = time.perf_counter() - start
+    return probe, outcome, wall
+
+
+@dataclass
+class Part:
+    """One part of a cell: calls, one call's FLOPs and wall time, the cell's share of time in it."""
+
+    calls: int
+    flops: float | None
+    seconds: float
+    share: float
+    ops: dict[str, int] = field(default_factory=dict)
+    """The FLOPs of one counted call by operator (the first counted)."""
+
+    def rate(self) -> float | None:
+        """FLOP/s of one call (None without FLOPs or time)."""
+        return self.flops / self.seconds if self.flops is not None and self.seconds > 0 else None
+
+
+def summarize(probe: CellProbe, wall: float) -> tuple[dict[str, Part], dict[str, float]]:
+    """The cell's parts (``step``, the two evaluations, ``passes``, ``batches``, the rest
+    and ``cell``) and the counter's time taken out of ``wall`` (``aside``, ``overhead``)."""
+    n_steps = sum(probe.steps.values())
+    step_flops = sum(probe.steps[e] * c.flops for e, c in probe.counted_steps.items())
+    counted = [c.seconds for c in probe.counted_steps.values()]
+    median_step = statistics.median(probe.step_seconds or counted)
+    overhead = sum(max(0.0, s - median_step) for s in counted) if probe.step_seconds else 0.0
+    step_seconds = sum(probe.step_seconds) + sum(counted) - overhead
+    cell_wall = wall - probe.aside_seconds - overhead
+    first_step = next(iter(probe.counted_steps.values()))
+    parts = {STEP: Part(n_steps, step_flops / n_steps, median_step, step_seconds / cell_wall, first_step.ops)}
+    total_flops = step_flops
+    for split in (VALIDATION, HELD_OUT):
+        if split in probe.evaluations:
+            seconds, c = probe.evaluation_seconds[split], probe.evaluations[split]
+            parts[split] = Part(len(seconds), c.flops, statistics.median(seconds), sum(seconds) / cell_wall, c.ops)
+            total_flops += len(seconds) * c.flops
+    pass_flops = sum(c.flops for c in probe.passes)
+    epochs = len(probe.pass_seconds)
+    parts[PASSES] = Part(epochs, pass_flops / epochs if pass_flops else None, sum(probe.pass_seconds) / epochs,
+                         sum(probe.pass_seconds) / cell_wall, next((c.ops for c in probe.passes if c.flops), {}))
+    total_flops += pass_flops
+    parts[BATCHES] = Part(n_steps, None, probe.times[BATCHES] / n_steps, probe.times[BATCHES] / cell_wall)
+    rest = 1.0 - sum(p.share for p in parts.values())
+    parts[REST] = Part(1, None, rest * cell_wall, rest)
+    parts["cell"] = Part(1, total_flops, cell_wall, 1.0)
+    return parts, {"aside": probe.aside_seconds, "overhead": overhead}
+
+
+def part_record(part: Part, mm: float) -> dict[str, Any]:
+    """``part`` as written to ``--json``, with its FLOP/s and their share of the matrix rate ``mm``."""
+    rate = part.rate()
+    return {**asdict(part), "flops_per_s": rate, "fraction_of_mm": rate / mm if rate is not None else None}
+
+
+def print_parts(label: str, parts: dict[str, Part], mm: float) -> None:
+    """One method's block of the table."""
+    for name, p in parts.items():
+        rate = p.rate()
+        flops = f"{p.flops / 1e9:>10.3f}" if p.flops is not None else f"{'-':>10}"
+        rates = f"{rate / 1e9:>9.1f}{rate / mm:>9.1%}" if rate is not None else f"{'-':>9}{'-':>9}"
+        print(f"{label:<14}{name:<14}{p.calls:>6}{flops}{p.seconds:>10.4f}{rates}{p.share:>11.1%}")
+        label = ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=METHODS)
+    parser.add_argument("--noise", type=float, default=0.5)
+    parser.add_argument("--epochs", type=int, default=GridSpec.epochs, help="default: the default schedule's")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="training steps per epoch at most, for a quick check (2 or more: one is counted, the rest timed)")
+    parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    rate_before = matmul_rate()
+    with tempfile.TemporaryDirectory(prefix="cirbench-flops-") as output:
+        spec = default_spec(args.methods.split(","), [args.noise], args.epochs, args.cache_dir, Path(output) / "results")
+        grid = Grid(spec)
+        references = reference_rows_seconds(grid)
+        results: dict[str, Any] = {}
+        for cell in grid.cells:
+            probe, outcome, wall = run_probed(spec, cell, args.max_steps)
+            if outcome["status"] != "completed":
+                print(f"{cell.key.run_id}: {outcome['status']} {outcome['error']}")
+                continue
+            parts, taken_out = summarize(probe, wall)
+            results[cell.key.method] = {
+                "parts": parts, "wall_measured": wall, "counter_seconds": taken_out,
+                "step_flops_by_epoch": {e: c.flops for e, c in probe.counted_steps.items()},
+                "steps_by_epoch": dict(probe.steps), "pass_flops_by_epoch": [c.flops for c in probe.passes],
+            }
+    rate_after = matmul_rate()
+    mm = max(rate_before, rate_after)
+    start_up = start_up_seconds()
+
+    shrunk = ", shrunk: not the default's figures" if args.max_steps or args.epochs != GridSpec.epochs else ""
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {spec.dataset} / {spec.backbone}, "
+          f"noise {args.noise:g}, {spec.epochs} epochs, batch {spec.batch_size}, held-out share {spec.holdout:g}"
+          + (f", at most {args.max_steps} steps an epoch" if args.max_steps else "") + shrunk)
+    print(f"matrix rate (1024x1024 float32 torch.mm): {mm / 1e9:.1f} GFLOP/s "
+          f"(before the cells {rate_before / 1e9:.1f}, after {rate_after / 1e9:.1f})")
+    print(f"once per grid: process start-up (imports) {start_up:.1f} s, reference rows {references:.1f} s\n")
+    print(f"{'method':<14}{'part':<14}{'calls':>6}{'GFLOP':>10}{'seconds':>10}{'GFLOP/s':>9}{'% of mm':>9}{'% of cell':>11}")
+    for method, found in results.items():
+        print_parts(method, found["parts"], mm)
+    print(f"\n{'method':<14}{'step':>9}{VALIDATION:>12}{HELD_OUT:>10}{'cell':>9}   (% of mm)")
+    for method, found in results.items():
+        parts = found["parts"]
+        cols = [(STEP, 9), (VALIDATION, 12), (HELD_OUT, 10), ("cell", 9)]
+        print(f"{method:<14}" + "".join(
+            f"{parts[k].rate() / mm:>{w}.1%}" if k in parts and parts[k].rate() else f"{'-':>{w}}" for k, w in cols))
+    if args.json:
+        record = {
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "dataset": spec.dataset, "backbone": spec.backbone,
+            "noise": args.noise, "epochs": spec.epochs, "batch_size": spec.batch_size, "holdout": spec.holdout,
+            "max_steps": args.max_steps, "matmul_flops_per_s": mm, "matmul_before": rate_before, "matmul_after": rate_after,
+            "start_up_seconds": start_up, "reference_rows_seconds": references,
+            "methods": {method: {**found, "parts": {k: part_record(p, mm) for k, p in found["parts"].items()}}
+                        for method, found in results.items()},
+        }
+        args.json.write_text(json.dumps(record, indent=1))
+        print(f"\nwritten: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
