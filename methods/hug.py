@@ -61,8 +61,15 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
   ``fc_init_b``): as printed, the sum runs over the negatives only, which a learnable bias
   would satisfy by growing without bound, so each anchor's partner (component k of the
   matched sample's other side) is its positive, ``-log S(-(a_fc d + b_fc))``, as in
-  Eq. 13. ``infonce`` is cirbench's earlier reading, neither the paper's nor the
-  release's: InfoNCE (tau 0.07) on the variance vectors, centred on the batch mean of
+  Eq. 13. Eq. 16 takes an expectation over an anchor's negatives and sums over sides and
+  components (``sum_{M in {q, c}} sum_k E[.]``), where Eq. 13 writes ``B * E`` for its sum
+  over negatives: ``fc_negatives=mean`` (default) is that, per anchor the positive plus the
+  mean over its 2(K-1) + 2(B-1) negatives, averaged over samples, summed over sides and
+  components; ``fc_negatives=sum`` (hug v4) summed the negatives and averaged over
+  anchors: at K = 8, B = 128 about 17 times the printed weight on each negative (growing
+  with the batch) and a sixteenth of it on each positive. ``infonce`` is cirbench's
+  earlier reading, neither the paper's nor the release's: InfoNCE (tau 0.07) on the
+  variance vectors, centred on the batch mean of
   their side and component (``fc_centre``) and L2-normalised (the release's InfoNCE is
   uncentred: ``fc_centre=false``; Softplus variances share a large positive offset, so
   uncentred cosines start near 1 and the heads collapse to input-independent outputs).
@@ -187,6 +194,7 @@ class HUGConfig(MethodConfig):
     init_b: float = -10.0
     fc_form: str = "sigmoid"
     fc_init_b: float = 0.0
+    fc_negatives: str = "mean"
     head_heads: int = 4
     head_dropout: float = 0.0
     freeze_means: bool = False
@@ -209,6 +217,8 @@ class HUGConfig(MethodConfig):
             raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
         if self.fc_form not in ("sigmoid", "infonce"):
             raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
+        if self.fc_negatives not in ("mean", "sum"):
+            raise ValueError(f"hug: fc_negatives={self.fc_negatives!r} is not one of mean, sum")
         if self.point_loss not in ("infonce", "sigmoid"):
             raise ValueError(f"hug: point_loss={self.point_loss!r} is not one of infonce, sigmoid")
         if not self.point_temperature > 0:
@@ -336,13 +346,20 @@ def fine_grained_sigmoid(
     component: bool = True,
     instance: bool = True,
     modality: bool = True,
+    negatives: str = "mean",
 ) -> torch.Tensor:
     """Paper Eq. 16 on standard-deviation vectors (B, K, E) of matched queries and targets:
     every component of either side is an anchor; its partner (the same component of the
     other side of the same sample) is the positive, ``-log S(-(a d + b))``, and each
-    negative group (as in :func:`fine_grained_contrast`) adds ``-log S(a d + b)``, with
-    ``d`` the squared distance between the two vectors. The sum over an anchor's pairs is
-    averaged over anchors. Batched products only."""
+    negative group (as in :func:`fine_grained_contrast`) gives ``-log S(a d + b)``, with
+    ``d`` the squared distance between the two vectors. ``negatives="mean"`` is Eq. 16 as
+    printed, ``sum_{M in {q, c}} sum_k E[.]``: per anchor the positive plus the *mean* over
+    its negatives (an expectation: Eq. 13 writes ``B * E`` where it sums its negatives,
+    Eq. 16 does not), averaged over the samples and summed over sides and components, so
+    the loss does not grow with the batch. ``"sum"`` (hug v4): per anchor the positive plus
+    the sum over its negatives, averaged over anchors. Batched products only."""
+    if negatives not in ("mean", "sum"):
+        raise ValueError(f"fine_grained_sigmoid: negatives={negatives!r} is not one of mean, sum")
     s = torch.stack([std_q, std_c])  # (2 sides, B, K, E)
     sides, n, k, _ = s.shape
     squared = s.square().sum(-1)  # (2, B, K)
@@ -351,20 +368,25 @@ def fine_grained_sigmoid(
         return (x_sq + y_sq - 2.0 * product).clamp_min(0.0)
 
     positive_d = (s[0] - s[1]).square().sum(-1)  # (B, K), the same for both anchor sides
-    total = -F.logsigmoid(-(a * positive_d + b)).sum() * sides
+    positive = -F.logsigmoid(-(a * positive_d + b)).sum() * sides
+    negative, per_anchor = s.new_zeros(()), 0  # summed over all anchors; negatives of one anchor
     if component:
         gram = torch.einsum("mbkd,nbld->mbknl", s, s)
         d = distance(squared[:, :, :, None, None], squared.permute(1, 0, 2)[None, :, None], gram)
         skip = torch.eye(k, dtype=torch.bool, device=s.device).view(1, 1, k, 1, k)
-        total = total - F.logsigmoid(a * d + b).masked_fill(skip, 0.0).sum()
+        negative = negative - F.logsigmoid(a * d + b).masked_fill(skip, 0.0).sum()
+        per_anchor += sides * (k - 1)
     other = ~torch.eye(n, dtype=torch.bool, device=s.device).view(1, n, 1, n)
     for enabled, partner in ((instance, s), (modality, s.flip(0))):
         if enabled:
             gram = torch.einsum("mikd,mjkd->mikj", s, partner)
             partner_sq = partner.square().sum(-1).permute(0, 2, 1)[:, None]  # (2, 1, K, B)
             d = distance(squared[..., None], partner_sq, gram)
-            total = total - (F.logsigmoid(a * d + b) * other).sum()
-    return total / (sides * n * k)
+            negative = negative - (F.logsigmoid(a * d + b) * other).sum()
+            per_anchor += n - 1
+    if negatives == "sum":
+        return (positive + negative) / (sides * n * k)
+    return (positive + negative / max(per_anchor, 1)) / n
 
 
 def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
@@ -400,7 +422,7 @@ class HUG(Method):
     """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
 
     name = "hug"
-    version = "4"
+    version = "5"
     paper = (
         "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
         "Probabilistic Learning, AAAI 2026"
@@ -496,7 +518,9 @@ class HUG(Method):
         if config.fc_component or config.fc_instance or config.fc_modality:
             groups = (config.fc_component, config.fc_instance, config.fc_modality)
             if config.fc_form == "sigmoid":
-                parts["fc"] = fine_grained_sigmoid(v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups)
+                parts["fc"] = fine_grained_sigmoid(
+                    v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups, negatives=config.fc_negatives
+                )
             else:
                 parts["fc"] = fine_grained_contrast(v["q"], v_c, config.fc_temperature, *groups, config.fc_centre)
         if mismatched is not None:
