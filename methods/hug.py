@@ -29,7 +29,11 @@ text-only, the mismatched fused pass of the coordination loss) run without autog
 and drawing ``cord_pairs`` mismatched pairs per batch rather than one per sample, keeps a
 training step within 1.5x of SPRC's (``benchmarks/hug_cost.py``). ``heads_train_composer``
 is the paper's end-to-end reading instead: the heads' losses also reach the composer
-through the fused and target passes and the (then differentiable) mismatched pass.
+through the fused and target passes and the (then differentiable) mismatched pass. There
+the weights of L_FC and L_Cord against L_HC steer the composer, so their normalisation
+matters: with hug v4's (negatives summed, coordination uncertainty summed over components)
+the two regularisers outweighed L_HC in the composer's gradient and the end-to-end reading
+ended below the detached one (``docs/hug.md``, hug v5).
 
 Units. The heads' ``v = s**2`` are in units of ``1 / embed_dim``, the per-dimension scale
 of a unit-norm mean, so they are O(1) like the release's variances over un-normalised
@@ -77,9 +81,13 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
   target), instance-wise (component k of the other samples, same side) and modality-wise
   (component k of the other samples' other side). The release has component- and
   (cross-side) instance-wise terms in Python loops; here each is one batched product.
-- ``L_Cord``: the release's ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``,
-  ``|.|`` the sum over components and dimensions, over ``cord_pairs`` random samples of the
-  batch (16 by default, an eighth of the default batch of 128, chosen for the cost limit: the
+- ``L_Cord``: the release's ranking form ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``
+  on the paper's coordination uncertainty ``|v_m| = sigma-bar_m^2``, each component's summed
+  variance averaged over the components (``cord_reduce=mean``, default: the bar is the
+  component mean, as in the paper's overall uncertainty ``1/K sum_k ||sigma^k||^2``; the
+  release and hug v4 sum over the components too, ``cord_reduce=sum``, K times as much),
+  over ``cord_pairs`` random samples of the batch (16 by default, an eighth of the default
+  batch of 128, chosen for the cost limit: the
   release pairs every sample, ``cord_pairs=0``); a sample's mismatched text is another
   sample's, drawn by a random derangement (a permutation with no fixed point) from torch's
   RNG, which the harness seeds.
@@ -190,6 +198,7 @@ class HUGConfig(MethodConfig):
     fc_temperature: float = 0.07
     cord_margin: float = 0.2
     cord_pairs: int = 16
+    cord_reduce: str = "mean"
     init_a: float = 1.0
     init_b: float = -10.0
     fc_form: str = "sigmoid"
@@ -219,6 +228,8 @@ class HUGConfig(MethodConfig):
             raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
         if self.fc_negatives not in ("mean", "sum"):
             raise ValueError(f"hug: fc_negatives={self.fc_negatives!r} is not one of mean, sum")
+        if self.cord_reduce not in ("mean", "sum"):
+            raise ValueError(f"hug: cord_reduce={self.cord_reduce!r} is not one of mean, sum")
         if self.point_loss not in ("infonce", "sigmoid"):
             raise ValueError(f"hug: point_loss={self.point_loss!r} is not one of infonce, sigmoid")
         if not self.point_temperature > 0:
@@ -389,6 +400,18 @@ def fine_grained_sigmoid(
     return (positive + negative / max(per_anchor, 1)) / n
 
 
+def coordination_uncertainty(variances: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+    """Per-sample coordination uncertainty (B,) from the coordination head's variances
+    (B, K, E): each component's summed variance ``||sigma_m^k||^2``, then ``"mean"`` over the
+    components, the paper's ``sigma-bar_m^2`` in L_Cord (the bar is the component mean, as
+    its overall uncertainty ``||sigma-bar||^2 = 1/K sum_k ||sigma^k||^2``), or ``"sum"``, the
+    release's sum over components and dimensions (hug v4)."""
+    if reduce not in ("mean", "sum"):
+        raise ValueError(f"coordination_uncertainty: reduce={reduce!r} is not one of mean, sum")
+    per_component = variances.sum(-1)
+    return per_component.mean(-1) if reduce == "mean" else per_component.sum(-1)
+
+
 def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
     """Ranking loss on per-sample coordination uncertainty (B,): a matched (reference, text)
     pair should be at least ``margin`` less uncertain than the same reference with a
@@ -524,7 +547,10 @@ class HUG(Method):
             else:
                 parts["fc"] = fine_grained_contrast(v["q"], v_c, config.fc_temperature, *groups, config.fc_centre)
         if mismatched is not None:
-            parts["cord"] = coordination_loss(v["m"][rows].sum((1, 2)), v["m_mis"].sum((1, 2)), config.cord_margin)
+            matched = coordination_uncertainty(v["m"][rows], config.cord_reduce)
+            parts["cord"] = coordination_loss(
+                matched, coordination_uncertainty(v["m_mis"], config.cord_reduce), config.cord_margin
+            )
         scores = {
             "noise_score": (v["m"] if config.cross_modal else v["q"]).detach().mean((1, 2)),
             "overall_uncertainty": v["q"].detach().mean((1, 2)),

@@ -399,7 +399,36 @@ def test_fine_grained_sigmoid_does_not_grow_with_the_batch() -> None:
     assert summed[1] > 10 * summed[0]
 
 
-@pytest.mark.parametrize("field", ["fc_negatives"])
+def test_coordination_loss_reads_the_component_mean_of_the_coordination_variances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """L_Cord compares sigma-bar_m^2, the paper's bar being the mean over components (its
+    overall uncertainty is 1/K sum_k ||sigma^k||^2): per sample, each component's summed
+    variance averaged over the components, not summed over them as the release (and hug v4)."""
+    seen = {}
+    original = H.coordination_loss
+
+    def spy(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
+        seen["matched"] = matched.detach()
+        return original(matched, mismatched, margin)
+
+    monkeypatch.setattr(H, "coordination_loss", spy)
+    method = make_method(cord_pairs=0).train()  # every row paired, in order
+    batch = make_batch(method)
+    method.losses(batch)
+    with torch.no_grad():
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        v_m = method.multimodal_head(fused).square()
+    torch.testing.assert_close(seen["matched"], v_m.sum(-1).mean(-1))
+
+    v = torch.rand(5, 4, 6)
+    torch.testing.assert_close(H.coordination_uncertainty(v), v.sum(-1).mean(-1))
+    torch.testing.assert_close(H.coordination_uncertainty(v, "sum"), v.sum((1, 2)))
+    same = torch.rand(5, 1, 6)  # alike components: the mean does not depend on how many there are
+    torch.testing.assert_close(H.coordination_uncertainty(same.expand(5, 8, 6)), H.coordination_uncertainty(same))
+
+
+@pytest.mark.parametrize("field", ["fc_negatives", "cord_reduce"])
 def test_regulariser_reductions_are_checked(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         H.HUGConfig(**{field: "median"})
