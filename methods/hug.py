@@ -28,8 +28,11 @@ means only, and the uncertainty passes that feed nothing else (reference image-o
 text-only, the mismatched fused pass of the coordination loss) run without autograd; that,
 and drawing ``cord_pairs`` mismatched pairs per batch rather than one per sample, keeps a
 training step within 1.5x of SPRC's (``benchmarks/hug_cost.py``). ``heads_train_composer``
-is the paper's end-to-end reading instead: the heads' losses also reach the composer
-through the fused and target passes and the (then differentiable) mismatched pass. There
+is the paper's end-to-end reading instead (it states no stop-gradient; every head reads
+the shared Q-Former): the heads' losses also reach the composer through every pass a head
+reads, the fused and target passes and the then differentiable reference image-only,
+text-only and mismatched passes (hug v4 left the reference-only and text-only passes
+without autograd, so the shared visual head trained the composer from the target alone). There
 the weights of L_FC and L_Cord against L_HC steer the composer, so their normalisation
 matters: with hug v4's (negatives summed, coordination uncertainty summed over components)
 the two regularisers outweighed L_HC in the composer's gradient and the end-to-end reading
@@ -495,8 +498,9 @@ class HUG(Method):
         head on ``mismatched`` fused states) and ``c`` (visual head on ``target`` states).
         Each head runs once, on all of its inputs together."""
         config = self.config
-        ref_states = self._compose(reference, None, grad=False)
-        text_states = self._compose(None, text, grad=False)
+        live = config.heads_train_composer and not config.freeze_means  # the paper's end-to-end reading
+        ref_states = self._compose(reference, None, grad=live)
+        text_states = self._compose(None, text, grad=live)
         visual = self.visual_head(ref_states if target is None else torch.cat([ref_states, target])).square()
         out = {"r": visual[: len(ref_states)], "t": self.text_head(text_states).square()}
         if target is not None:

@@ -245,6 +245,20 @@ def test_heads_train_composer_lets_head_losses_reach_the_composer() -> None:
     assert cord["composer"] and cord["multimodal_head"] and not cord["visual_head"]
 
 
+def test_heads_train_composer_reaches_the_composer_through_every_head() -> None:
+    """End to end, each head trains the composer through the pass it reads, the reference's
+    image-only pass and the text-only pass included; by default none of them does."""
+    for on in (False, True):
+        method = make_method(heads_train_composer=on).train()
+        batch = make_batch(method)
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        target = method.backbone.compose(batch.target, None).query
+        v = method.variances(batch.reference, batch.text, fused if on else fused.detach(), None,
+                             target if on else target.detach())
+        for key in ("r", "t", "m", "c"):
+            assert grads_of(method, v[key].sum())["composer"] is on, (on, key)
+
+
 def test_freeze_means_trains_only_heads_and_ab() -> None:
     method = make_method(freeze_means=True).train()
     out = method.training_step(make_batch(method), 0, 0)
