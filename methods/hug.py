@@ -28,8 +28,15 @@ means only, and the uncertainty passes that feed nothing else (reference image-o
 text-only, the mismatched fused pass of the coordination loss) run without autograd; that,
 and drawing ``cord_pairs`` mismatched pairs per batch rather than one per sample, keeps a
 training step within 1.5x of SPRC's (``benchmarks/hug_cost.py``). ``heads_train_composer``
-is the paper's end-to-end reading instead: the heads' losses also reach the composer
-through the fused and target passes and the (then differentiable) mismatched pass.
+is the paper's end-to-end reading instead (it states no stop-gradient; every head reads
+the shared Q-Former): the heads' losses also reach the composer through every pass a head
+reads, the fused and target passes and the then differentiable reference image-only,
+text-only and mismatched passes (hug v4 left the reference-only and text-only passes
+without autograd, so the shared visual head trained the composer from the target alone). There
+the weights of L_FC and L_Cord against L_HC steer the composer, so their normalisation
+matters: with hug v4's (negatives summed, coordination uncertainty summed over components)
+the two regularisers outweighed L_HC in the composer's gradient and the end-to-end reading
+ended below the detached one (``docs/hug.md``, hug v5).
 
 Units. The heads' ``v = s**2`` are in units of ``1 / embed_dim``, the per-dimension scale
 of a unit-norm mean, so they are O(1) like the release's variances over un-normalised
@@ -61,8 +68,15 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
   ``fc_init_b``): as printed, the sum runs over the negatives only, which a learnable bias
   would satisfy by growing without bound, so each anchor's partner (component k of the
   matched sample's other side) is its positive, ``-log S(-(a_fc d + b_fc))``, as in
-  Eq. 13. ``infonce`` is cirbench's earlier reading, neither the paper's nor the
-  release's: InfoNCE (tau 0.07) on the variance vectors, centred on the batch mean of
+  Eq. 13. Eq. 16 takes an expectation over an anchor's negatives and sums over sides and
+  components (``sum_{M in {q, c}} sum_k E[.]``), where Eq. 13 writes ``B * E`` for its sum
+  over negatives: ``fc_negatives=mean`` (default) is that, per anchor the positive plus the
+  mean over its 2(K-1) + 2(B-1) negatives, averaged over samples, summed over sides and
+  components; ``fc_negatives=sum`` (hug v4) summed the negatives and averaged over
+  anchors: at K = 8, B = 128 about 17 times the printed weight on each negative (growing
+  with the batch) and a sixteenth of it on each positive. ``infonce`` is cirbench's
+  earlier reading, neither the paper's nor the release's: InfoNCE (tau 0.07) on the
+  variance vectors, centred on the batch mean of
   their side and component (``fc_centre``) and L2-normalised (the release's InfoNCE is
   uncentred: ``fc_centre=false``; Softplus variances share a large positive offset, so
   uncentred cosines start near 1 and the heads collapse to input-independent outputs).
@@ -70,9 +84,13 @@ Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
   target), instance-wise (component k of the other samples, same side) and modality-wise
   (component k of the other samples' other side). The release has component- and
   (cross-side) instance-wise terms in Python loops; here each is one batched product.
-- ``L_Cord``: the release's ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``,
-  ``|.|`` the sum over components and dimensions, over ``cord_pairs`` random samples of the
-  batch (16 by default, an eighth of the default batch of 128, chosen for the cost limit: the
+- ``L_Cord``: the release's ranking form ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``
+  on the paper's coordination uncertainty ``|v_m| = sigma-bar_m^2``, each component's summed
+  variance averaged over the components (``cord_reduce=mean``, default: the bar is the
+  component mean, as in the paper's overall uncertainty ``1/K sum_k ||sigma^k||^2``; the
+  release and hug v4 sum over the components too, ``cord_reduce=sum``, K times as much),
+  over ``cord_pairs`` random samples of the batch (16 by default, an eighth of the default
+  batch of 128, chosen for the cost limit: the
   release pairs every sample, ``cord_pairs=0``); a sample's mismatched text is another
   sample's, drawn by a random derangement (a permutation with no fixed point) from torch's
   RNG, which the harness seeds.
@@ -183,10 +201,12 @@ class HUGConfig(MethodConfig):
     fc_temperature: float = 0.07
     cord_margin: float = 0.2
     cord_pairs: int = 16
+    cord_reduce: str = "mean"
     init_a: float = 1.0
     init_b: float = -10.0
     fc_form: str = "sigmoid"
     fc_init_b: float = 0.0
+    fc_negatives: str = "mean"
     head_heads: int = 4
     head_dropout: float = 0.0
     freeze_means: bool = False
@@ -209,6 +229,10 @@ class HUGConfig(MethodConfig):
             raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
         if self.fc_form not in ("sigmoid", "infonce"):
             raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
+        if self.fc_negatives not in ("mean", "sum"):
+            raise ValueError(f"hug: fc_negatives={self.fc_negatives!r} is not one of mean, sum")
+        if self.cord_reduce not in ("mean", "sum"):
+            raise ValueError(f"hug: cord_reduce={self.cord_reduce!r} is not one of mean, sum")
         if self.point_loss not in ("infonce", "sigmoid"):
             raise ValueError(f"hug: point_loss={self.point_loss!r} is not one of infonce, sigmoid")
         if not self.point_temperature > 0:
@@ -336,13 +360,20 @@ def fine_grained_sigmoid(
     component: bool = True,
     instance: bool = True,
     modality: bool = True,
+    negatives: str = "mean",
 ) -> torch.Tensor:
     """Paper Eq. 16 on standard-deviation vectors (B, K, E) of matched queries and targets:
     every component of either side is an anchor; its partner (the same component of the
     other side of the same sample) is the positive, ``-log S(-(a d + b))``, and each
-    negative group (as in :func:`fine_grained_contrast`) adds ``-log S(a d + b)``, with
-    ``d`` the squared distance between the two vectors. The sum over an anchor's pairs is
-    averaged over anchors. Batched products only."""
+    negative group (as in :func:`fine_grained_contrast`) gives ``-log S(a d + b)``, with
+    ``d`` the squared distance between the two vectors. ``negatives="mean"`` is Eq. 16 as
+    printed, ``sum_{M in {q, c}} sum_k E[.]``: per anchor the positive plus the *mean* over
+    its negatives (an expectation: Eq. 13 writes ``B * E`` where it sums its negatives,
+    Eq. 16 does not), averaged over the samples and summed over sides and components, so
+    the loss does not grow with the batch. ``"sum"`` (hug v4): per anchor the positive plus
+    the sum over its negatives, averaged over anchors. Batched products only."""
+    if negatives not in ("mean", "sum"):
+        raise ValueError(f"fine_grained_sigmoid: negatives={negatives!r} is not one of mean, sum")
     s = torch.stack([std_q, std_c])  # (2 sides, B, K, E)
     sides, n, k, _ = s.shape
     squared = s.square().sum(-1)  # (2, B, K)
@@ -351,20 +382,37 @@ def fine_grained_sigmoid(
         return (x_sq + y_sq - 2.0 * product).clamp_min(0.0)
 
     positive_d = (s[0] - s[1]).square().sum(-1)  # (B, K), the same for both anchor sides
-    total = -F.logsigmoid(-(a * positive_d + b)).sum() * sides
+    positive = -F.logsigmoid(-(a * positive_d + b)).sum() * sides
+    negative, per_anchor = s.new_zeros(()), 0  # summed over all anchors; negatives of one anchor
     if component:
         gram = torch.einsum("mbkd,nbld->mbknl", s, s)
         d = distance(squared[:, :, :, None, None], squared.permute(1, 0, 2)[None, :, None], gram)
         skip = torch.eye(k, dtype=torch.bool, device=s.device).view(1, 1, k, 1, k)
-        total = total - F.logsigmoid(a * d + b).masked_fill(skip, 0.0).sum()
+        negative = negative - F.logsigmoid(a * d + b).masked_fill(skip, 0.0).sum()
+        per_anchor += sides * (k - 1)
     other = ~torch.eye(n, dtype=torch.bool, device=s.device).view(1, n, 1, n)
     for enabled, partner in ((instance, s), (modality, s.flip(0))):
         if enabled:
             gram = torch.einsum("mikd,mjkd->mikj", s, partner)
             partner_sq = partner.square().sum(-1).permute(0, 2, 1)[:, None]  # (2, 1, K, B)
             d = distance(squared[..., None], partner_sq, gram)
-            total = total - (F.logsigmoid(a * d + b) * other).sum()
-    return total / (sides * n * k)
+            negative = negative - (F.logsigmoid(a * d + b) * other).sum()
+            per_anchor += n - 1
+    if negatives == "sum":
+        return (positive + negative) / (sides * n * k)
+    return (positive + negative / max(per_anchor, 1)) / n
+
+
+def coordination_uncertainty(variances: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+    """Per-sample coordination uncertainty (B,) from the coordination head's variances
+    (B, K, E): each component's summed variance ``||sigma_m^k||^2``, then ``"mean"`` over the
+    components, the paper's ``sigma-bar_m^2`` in L_Cord (the bar is the component mean, as
+    its overall uncertainty ``||sigma-bar||^2 = 1/K sum_k ||sigma^k||^2``), or ``"sum"``, the
+    release's sum over components and dimensions (hug v4)."""
+    if reduce not in ("mean", "sum"):
+        raise ValueError(f"coordination_uncertainty: reduce={reduce!r} is not one of mean, sum")
+    per_component = variances.sum(-1)
+    return per_component.mean(-1) if reduce == "mean" else per_component.sum(-1)
 
 
 def coordination_loss(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
@@ -400,7 +448,7 @@ class HUG(Method):
     """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
 
     name = "hug"
-    version = "4"
+    version = "5"
     paper = (
         "Tang et al., Heterogeneous Uncertainty-Guided Composed Image Retrieval with Fine-Grained "
         "Probabilistic Learning, AAAI 2026"
@@ -450,8 +498,9 @@ class HUG(Method):
         head on ``mismatched`` fused states) and ``c`` (visual head on ``target`` states).
         Each head runs once, on all of its inputs together."""
         config = self.config
-        ref_states = self._compose(reference, None, grad=False)
-        text_states = self._compose(None, text, grad=False)
+        live = config.heads_train_composer and not config.freeze_means  # the paper's end-to-end reading
+        ref_states = self._compose(reference, None, grad=live)
+        text_states = self._compose(None, text, grad=live)
         visual = self.visual_head(ref_states if target is None else torch.cat([ref_states, target])).square()
         out = {"r": visual[: len(ref_states)], "t": self.text_head(text_states).square()}
         if target is not None:
@@ -496,11 +545,16 @@ class HUG(Method):
         if config.fc_component or config.fc_instance or config.fc_modality:
             groups = (config.fc_component, config.fc_instance, config.fc_modality)
             if config.fc_form == "sigmoid":
-                parts["fc"] = fine_grained_sigmoid(v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups)
+                parts["fc"] = fine_grained_sigmoid(
+                    v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups, negatives=config.fc_negatives
+                )
             else:
                 parts["fc"] = fine_grained_contrast(v["q"], v_c, config.fc_temperature, *groups, config.fc_centre)
         if mismatched is not None:
-            parts["cord"] = coordination_loss(v["m"][rows].sum((1, 2)), v["m_mis"].sum((1, 2)), config.cord_margin)
+            matched = coordination_uncertainty(v["m"][rows], config.cord_reduce)
+            parts["cord"] = coordination_loss(
+                matched, coordination_uncertainty(v["m_mis"], config.cord_reduce), config.cord_margin
+            )
         scores = {
             "noise_score": (v["m"] if config.cross_modal else v["q"]).detach().mean((1, 2)),
             "overall_uncertainty": v["q"].detach().mean((1, 2)),

@@ -245,6 +245,20 @@ def test_heads_train_composer_lets_head_losses_reach_the_composer() -> None:
     assert cord["composer"] and cord["multimodal_head"] and not cord["visual_head"]
 
 
+def test_heads_train_composer_reaches_the_composer_through_every_head() -> None:
+    """End to end, each head trains the composer through the pass it reads, the reference's
+    image-only pass and the text-only pass included; by default none of them does."""
+    for on in (False, True):
+        method = make_method(heads_train_composer=on).train()
+        batch = make_batch(method)
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        target = method.backbone.compose(batch.target, None).query
+        v = method.variances(batch.reference, batch.text, fused if on else fused.detach(), None,
+                             target if on else target.detach())
+        for key in ("r", "t", "m", "c"):
+            assert grads_of(method, v[key].sum())["composer"] is on, (on, key)
+
+
 def test_freeze_means_trains_only_heads_and_ab() -> None:
     method = make_method(freeze_means=True).train()
     out = method.training_step(make_batch(method), 0, 0)
@@ -354,29 +368,84 @@ def test_holistic_logits_start_on_either_side_of_the_balance_point() -> None:
     assert H.holistic_logits(offset_q + offset_c, release.a, release.b).min() > balance  # the defect this guards
 
 
-def test_fine_grained_sigmoid_matches_its_definition() -> None:
-    """Eq. 16 as a sigmoid loss: brute force over anchors, partners and negative groups."""
+@pytest.mark.parametrize("negatives", ["mean", "sum"])
+def test_fine_grained_sigmoid_matches_its_definition(negatives: str) -> None:
+    """Eq. 16 as a sigmoid loss: brute force over anchors, partners and negative groups.
+    ``mean`` (the default) is the printed ``sum_{M in {q, c}} sum_k E[.]``: per anchor the
+    positive plus the mean over its negatives, averaged over samples, summed over sides and
+    components; ``sum`` (hug v4) sums each anchor's negatives and averages over anchors."""
     g = torch.Generator().manual_seed(3)
-    sq, sc = torch.rand(3, 2, 4, generator=g), torch.rand(3, 2, 4, generator=g)
+    n, k = 3, 2
+    sq, sc = torch.rand(n, k, 4, generator=g), torch.rand(n, k, 4, generator=g)
     a, b = torch.tensor(1.3), torch.tensor(-0.4)
-    got = H.fine_grained_sigmoid(sq, sc, a, b)
+    got = H.fine_grained_sigmoid(sq, sc, a, b, negatives=negatives)
     sides = [sq, sc]
-    total, anchors = 0.0, 0
+    per_anchor = []
     for m in range(2):
-        for i in range(3):
-            for k in range(2):
-                anchors += 1
-                x = sides[m][i, k]
-                total -= torch.nn.functional.logsigmoid(-(a * (x - sides[1 - m][i, k]).square().sum() + b))
-                for n in range(2):
-                    for l in range(2):
-                        if l != k:
-                            total -= torch.nn.functional.logsigmoid(a * (x - sides[n][i, l]).square().sum() + b)
-                for j in range(3):
-                    if j != i:
-                        for side in (sides[m], sides[1 - m]):
-                            total -= torch.nn.functional.logsigmoid(a * (x - side[j, k]).square().sum() + b)
-    torch.testing.assert_close(got, total / anchors)
+        for i in range(n):
+            for c in range(k):
+                x = sides[m][i, c]
+                positive = -torch.nn.functional.logsigmoid(-(a * (x - sides[1 - m][i, c]).square().sum() + b))
+                others = [sides[side][i, l] for side in range(2) for l in range(k) if l != c]
+                others += [side[j, c] for j in range(n) if j != i for side in (sides[m], sides[1 - m])]
+                negative = torch.stack([-torch.nn.functional.logsigmoid(a * (x - y).square().sum() + b) for y in others])
+                per_anchor.append(positive + (negative.mean() if negatives == "mean" else negative.sum()))
+    per_anchor = torch.stack(per_anchor)
+    expected = per_anchor.sum() / n if negatives == "mean" else per_anchor.mean()
+    torch.testing.assert_close(got, expected)
+    if negatives == "mean":  # the default is the printed form
+        torch.testing.assert_close(H.fine_grained_sigmoid(sq, sc, a, b), got)
+
+
+def test_fine_grained_sigmoid_does_not_grow_with_the_batch() -> None:
+    """Eq. 16 takes an expectation over an anchor's negatives (Eq. 13 writes B * E where it
+    sums them): with every standard deviation alike, each pair's term is the same and the
+    loss is 2K (-log S(-b) - log S(b)) at any batch size. hug v4 summed the negatives
+    (about 2(B-1) + 2(K-1) per anchor), so its loss and the weight of its negatives grew
+    with the batch; with the heads training the composer that outweighed the holistic loss
+    (docs/hug.md, hug v5)."""
+    a, b, k = torch.tensor(1.0), torch.tensor(-0.5), 8
+    sig = torch.nn.functional.logsigmoid
+    expected = 2 * k * -(sig(-b) + sig(b))
+    for n in (4, 128):  # the default
+        torch.testing.assert_close(H.fine_grained_sigmoid(torch.ones(n, k, 16), torch.ones(n, k, 16), a, b), expected)
+    summed = [H.fine_grained_sigmoid(torch.ones(n, k, 16), torch.ones(n, k, 16), a, b, negatives="sum") for n in (4, 128)]
+    assert summed[1] > 10 * summed[0]
+
+
+def test_coordination_loss_reads_the_component_mean_of_the_coordination_variances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """L_Cord compares sigma-bar_m^2, the paper's bar being the mean over components (its
+    overall uncertainty is 1/K sum_k ||sigma^k||^2): per sample, each component's summed
+    variance averaged over the components, not summed over them as the release (and hug v4)."""
+    seen = {}
+    original = H.coordination_loss
+
+    def spy(matched: torch.Tensor, mismatched: torch.Tensor, margin: float) -> torch.Tensor:
+        seen["matched"] = matched.detach()
+        return original(matched, mismatched, margin)
+
+    monkeypatch.setattr(H, "coordination_loss", spy)
+    method = make_method(cord_pairs=0).train()  # every row paired, in order
+    batch = make_batch(method)
+    method.losses(batch)
+    with torch.no_grad():
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        v_m = method.multimodal_head(fused).square()
+    torch.testing.assert_close(seen["matched"], v_m.sum(-1).mean(-1))
+
+    v = torch.rand(5, 4, 6)
+    torch.testing.assert_close(H.coordination_uncertainty(v), v.sum(-1).mean(-1))
+    torch.testing.assert_close(H.coordination_uncertainty(v, "sum"), v.sum((1, 2)))
+    same = torch.rand(5, 1, 6)  # alike components: the mean does not depend on how many there are
+    torch.testing.assert_close(H.coordination_uncertainty(same.expand(5, 8, 6)), H.coordination_uncertainty(same))
+
+
+@pytest.mark.parametrize("field", ["fc_negatives", "cord_reduce"])
+def test_regulariser_reductions_are_checked(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        H.HUGConfig(**{field: "median"})
 
 
 def _start_like_means(batch_size: int, k: int, e: int, between: float, matched: float, seed: int = 4):
