@@ -68,7 +68,12 @@ class HABITConfig(MethodConfig):
     ``temperature`` (RCL's, fixed), ``bins`` and ``mi_eps`` (the histogram MI), ``margin``
     (the soft triplet loss's), ``soft_weight`` and ``kl_weight`` (the loss weights 0.1 and
     10), ``kl_scale`` (each similarity row times ``kl_scale`` times its soft label),
-    ``dbscan_eps`` / ``dbscan_min_samples``. Module switches: ``mke`` (off: every soft label
+    ``dbscan_eps`` / ``dbscan_min_samples``, the release's DBSCAN density: ``min_samples``
+    counts soft labels in a batch, and the release set 10 at its batch of 256
+    (``dbscan_release_batch``), so it is scaled to the points DBSCAN clusters:
+    ``max(1, round(10 * n / 256))``, 5 at the harness's batch of 128 (the same share of the
+    batch); ``dbscan_release_batch=0`` takes ``dbscan_min_samples`` literally at any batch
+    (habit v1). Module switches: ``mke`` (off: every soft label
     is 1), ``soft_loss``, ``mask`` (the DBSCAN mask), ``kl``. Release readings:
     ``history`` (``sample``: keyed by sample index; ``batch_position``: the release's
     lookup) and ``kl_arguments`` (``named``: KL(previous || current) as the function's
@@ -88,6 +93,7 @@ class HABITConfig(MethodConfig):
     kl_scale: float = 10.0
     dbscan_eps: float = 0.01
     dbscan_min_samples: int = 10
+    dbscan_release_batch: int = 256
     mke: bool = True
     soft_loss: bool = True
     mask: bool = True
@@ -101,6 +107,7 @@ class HABITConfig(MethodConfig):
             "temperature": self.temperature > 0, "bins": self.bins >= 2, "mi_eps": self.mi_eps >= 0,
             "margin": self.margin >= 0, "soft_weight": self.soft_weight >= 0, "kl_weight": self.kl_weight >= 0,
             "kl_scale": self.kl_scale > 0, "dbscan_eps": self.dbscan_eps > 0, "dbscan_min_samples": self.dbscan_min_samples >= 1,
+            "dbscan_release_batch": self.dbscan_release_batch >= 0,
         }
         bad = [f"{name}={getattr(self, name)!r}" for name, ok in checks.items() if not ok]
         if bad:
@@ -148,6 +155,15 @@ def soft_labels(fused: torch.Tensor, targets: torch.Tensor, anchor: int, bins: i
     rate_text = (mi_anchor - mutual_information(f_anchor, t_bins, bins, eps)).abs() / scale
     rate_image = (mi_anchor - mutual_information(f_bins, t_anchor, bins, eps)).abs() / scale
     return (1.0 / (1.0 + rate.abs() + (rate_text - rate_image).abs())).float()
+
+
+def batch_matched_min_samples(min_samples: int, release_batch: int, points: int) -> int:
+    """DBSCAN's ``min_samples`` for ``points`` soft labels that keeps the share of the batch
+    ``min_samples`` had at the release's batch of ``release_batch``: ``max(1, round(min_samples
+    * points / release_batch))``; ``release_batch=0`` returns ``min_samples`` unchanged."""
+    if release_batch == 0:
+        return min_samples
+    return max(1, round(min_samples * points / release_batch))
 
 
 def dbscan_outliers(values: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
@@ -224,7 +240,7 @@ class HABIT(Method):
     """HABIT; see the module docstring."""
 
     name = "habit"
-    version = "1"
+    version = "2"
     paper = "Li et al., HABIT: Chrono-Synergia Robust Progressive Learning Framework for Composed Image Retrieval, AAAI 2026"
     Config = HABITConfig
     partitions = True
@@ -285,9 +301,14 @@ class HABIT(Method):
         outlier both now and then."""
         c = self.config
         rows = has_past.cpu().numpy()
-        outlier_now = dbscan_outliers(label.cpu().numpy(), c.dbscan_eps, c.dbscan_min_samples)
+
+        def outliers(values: np.ndarray) -> np.ndarray:
+            density = batch_matched_min_samples(c.dbscan_min_samples, c.dbscan_release_batch, len(values))
+            return dbscan_outliers(values, c.dbscan_eps, density)
+
+        outlier_now = outliers(label.cpu().numpy())
         outlier_then = np.zeros_like(rows)
-        outlier_then[rows] = dbscan_outliers(past_label.cpu().numpy()[rows], c.dbscan_eps, c.dbscan_min_samples)
+        outlier_then[rows] = outliers(past_label.cpu().numpy()[rows])
         return ~torch.as_tensor(outlier_now & outlier_then, device=label.device)
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:

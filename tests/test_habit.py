@@ -17,6 +17,7 @@ from cirbench.method import Batch, TrainingContext
 from cirbench_methods.habit import (
     HABIT,
     HABITConfig,
+    batch_matched_min_samples,
     consistency_kl,
     dbscan_outliers,
     histogram_bins,
@@ -79,6 +80,19 @@ def test_soft_labels_follow_the_transition_rates() -> None:
 def test_dbscan_outliers_are_the_isolated_values() -> None:
     values = np.concatenate([np.full(12, 0.5) + np.arange(12) * 1e-4, [0.9, 0.1]])
     assert dbscan_outliers(values, eps=0.01, min_samples=10).tolist() == [False] * 12 + [True, True]
+
+
+def test_dbscan_density_keeps_the_release_share_of_the_batch() -> None:
+    """10 of 256 at the release's batch: 5 at 128, 10 at 256, at least 1; 0 = the literal count."""
+    assert [batch_matched_min_samples(10, 256, n) for n in (256, 128, 125, 64, 8, 512)] == [10, 5, 5, 2, 1, 20]
+    assert batch_matched_min_samples(10, 0, 128) == 10
+    # at the harness's batch of 128 the batch-matched density clusters what the literal one leaves out
+    values = np.concatenate([np.full(6, 0.5) + np.arange(6) * 1e-4, np.linspace(0.0, 0.3, 122)])
+    matched = dbscan_outliers(values, 0.01, batch_matched_min_samples(10, 256, len(values)))
+    literal = dbscan_outliers(values, 0.01, 10)
+    assert not matched[:6].any() and literal[:6].all()
+    with pytest.raises(ValueError, match="dbscan_release_batch"):
+        HABITConfig(dbscan_release_batch=-1)
 
 
 # ----------------------------------------------------------------------------- the loss terms
