@@ -23,20 +23,19 @@ release. The heads:
 - text head: on the query-token outputs of a text-only pass (queries + text, no image);
 - multimodal coordination head: on the fused pass, the pass that gives the query means.
 
-By default the heads read the composer outputs detached: the composer learns through the
-means only, and the uncertainty passes that feed nothing else (reference image-only,
-text-only, the mismatched fused pass of the coordination loss) run without autograd; that,
-and drawing ``cord_pairs`` mismatched pairs per batch rather than one per sample, keeps a
-training step within 1.5x of SPRC's (``benchmarks/hug_cost.py``). ``heads_train_composer``
-is the paper's end-to-end reading instead (it states no stop-gradient; every head reads
-the shared Q-Former): the heads' losses also reach the composer through every pass a head
-reads, the fused and target passes and the then differentiable reference image-only,
-text-only and mismatched passes (hug v4 left the reference-only and text-only passes
-without autograd, so the shared visual head trained the composer from the target alone). There
-the weights of L_FC and L_Cord against L_HC steer the composer, so their normalisation
-matters: with hug v4's (negatives summed, coordination uncertainty summed over components)
-the two regularisers outweighed L_HC in the composer's gradient and the end-to-end reading
-ended below the detached one (``docs/hug.md``, hug v5).
+By default (``heads_train_composer=true``, hug v5) the heads train the composer as the
+paper reads it: it states no stop-gradient and every head reads the shared Q-Former, so
+the heads' losses reach the composer through every pass a head reads: the fused and target
+passes and the reference image-only, text-only and mismatched passes (hug v4 left the
+reference-only and text-only passes without autograd, so the shared visual head trained the
+composer from the target alone). There the weights of L_FC and L_Cord against L_HC steer
+the composer, so their normalisation matters: with hug v4's (negatives summed,
+coordination uncertainty summed over components) the two regularisers outweighed L_HC in
+the composer's gradient and the end-to-end reading ended below the start (``docs/hug.md``,
+hug v5). ``heads_train_composer=false`` is the cheaper detached reading (hug v4's
+default): the composer learns through the means only and the uncertainty passes that feed
+nothing else run without autograd; drawing ``cord_pairs`` mismatched pairs per batch rather
+than one per sample keeps the step's cost down in both readings (``benchmarks/hug_cost.py``).
 
 Units. The heads' ``v = s**2`` are in units of ``1 / embed_dim``, the per-dimension scale
 of a unit-norm mean, so they are O(1) like the release's variances over un-normalised
@@ -221,7 +220,7 @@ class HUGConfig(MethodConfig):
     cross_modal: bool = True
     coordination_loss: bool = True
     dynamic_weighting: bool = True
-    heads_train_composer: bool = False
+    heads_train_composer: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -148,8 +148,10 @@ def test_coordination_loss_on_a_subset_of_pairs() -> None:
     assert grads_of(method, parts["cord"])["multimodal_head"]
 
 
-def test_each_loss_is_finite_and_reaches_its_parameters() -> None:
-    method = make_method().train()
+@pytest.mark.parametrize("end_to_end", [True, False])
+def test_each_loss_is_finite_and_reaches_its_parameters(end_to_end: bool) -> None:
+    """The default (end to end) lets the regularisers reach the composer; detached, only the heads."""
+    method = make_method(heads_train_composer=end_to_end).train()
     parts, scores = method.losses(make_batch(method))
     assert set(parts) == {"hc", "fc", "cord"}
     out = method.training_step(make_batch(method), 0, 0)
@@ -159,10 +161,10 @@ def test_each_loss_is_finite_and_reaches_its_parameters() -> None:
     hc = grads_of(method, parts["hc"])
     assert all(hc.values()), hc  # means (composer, projection), all heads, a and b
     fc = grads_of(method, parts["fc"])
-    assert fc == {"composer": False, "vision_proj": False, "visual_head": True, "text_head": True,
+    assert fc == {"composer": end_to_end, "vision_proj": False, "visual_head": True, "text_head": True,
                   "multimodal_head": True, "ab": False}
     cord = grads_of(method, parts["cord"])
-    assert cord == {"composer": False, "vision_proj": False, "visual_head": False, "text_head": False,
+    assert cord == {"composer": end_to_end, "vision_proj": False, "visual_head": False, "text_head": False,
                     "multimodal_head": True, "ab": False}
     assert all(score.shape == (len(TEXTS),) and (score > 0).all() for score in scores.values())
 
