@@ -51,7 +51,7 @@ def test_a_study_run_twice_skips_every_cell_the_second_time(tmp_path: Path, cach
     assert [o.cell.key.run_id for o in second] == [o.cell.key.run_id for o in first]
 
 
-def test_the_committed_study_is_the_readmes_five_commands(tmp_path: Path) -> None:
+def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
     """Its grids have the cells of ``run``, ``calibrate``, ``run --ablate`` and ``sweep`` as the
     README gave them (the same run ids: a rerun of the study skips what they ran)."""
     study = load_study(ROOT / "experiments" / "committed-report.toml")
@@ -62,10 +62,12 @@ def test_the_committed_study_is_the_readmes_five_commands(tmp_path: Path) -> Non
         validated_grid("sprc,tme,conesep,hug,habit,intent", "0,0.2,0.5,0.8", None, [], [], {**common, "seeds": [0, 1, 2]}),
         calibrate_grid({**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "conesep", [], [], {**common, "seeds": [0, 1, 2]}),
+        validated_grid(None, None, "hug", [], [], {**common, "seeds": [0, 1, 2]}),
+        validated_grid(None, None, "habit,intent", [], [], {**common, "seeds": [0, 1, 2]}),
         sweep_grid(["sprc", "tme", "conesep", "hug"], "0.5,0.8", 4, [], {**common, "seeds": [0], "holdout": 0.1}),
     ]
     assert ids == [sorted(c.key.run_id for c in grid.cells) for grid in commands]
-    assert [len(x) for x in ids] == [72, 15, 15, 32]
+    assert [len(x) for x in ids] == [72, 15, 15, 24, 24, 32]
 
 
 @pytest.mark.parametrize("text, message", [
