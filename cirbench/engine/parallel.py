@@ -7,6 +7,11 @@ one cell with :func:`~cirbench.engine.grid.run_cell_by_id`, which writes that ce
 to the results store atomically; the store is the only coordination, as with the
 ``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
 workers start, so that they only read them: the caller runs the reference rows first.
+
+On a GPU (``--device cuda --jobs N``) the N workers share the device: each gets the same
+share of the CPU cores for its threads and at most ``1/N`` of the GPU's memory
+(``torch.cuda.set_per_process_memory_fraction``), so a cell that needs more than its share
+fails alone with an out-of-memory error naming it, instead of starving the cells beside it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,16 @@ def default_jobs(device: str) -> int:
     return 2 if device == "cpu" and (os.cpu_count() or 1) >= 2 else 1
 
 
-def _init_worker(threads: int) -> None:
+def memory_fraction(jobs: int) -> float:
+    """The share of one GPU's memory each of ``jobs`` workers on it may allocate."""
+    return 1.0 / max(1, jobs)
+
+
+def _init_worker(threads: int, device: str, jobs: int) -> None:
     torch.set_num_threads(threads)
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index
+        torch.cuda.set_per_process_memory_fraction(memory_fraction(jobs), torch.cuda.current_device() if index is None else index)
 
 
 def _run_one(spec: GridSpec, run_id: str) -> dict[str, Any]:
@@ -40,7 +53,7 @@ def run_in_processes(spec: GridSpec, run_ids: list[str], jobs: int) -> Iterator[
     ``error``, ``final``) as it ends. A worker that dies is reported as a failed cell."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads, spec.device, jobs)) as pool:
         futures = {pool.submit(_run_one, spec, run_id): run_id for run_id in run_ids}
         try:
             for future in as_completed(futures):
