@@ -16,7 +16,8 @@ from cirbench.data.holdout import hold_out
 from cirbench.data.noise import inject_noise
 from cirbench.data.registry import ShapesLoader
 from cirbench.engine.features import image_tokens
-from cirbench.engine.train import TrainResult, train_cell
+from cirbench.data.base import TripletSplit
+from cirbench.engine.train import EvaluatedTargets, TrainResult, keeps_exactly, train_cell
 from cirbench.plugins import discover_methods
 
 TIMINGS = {"partition_seconds"}
@@ -67,3 +68,21 @@ def test_tme_pass_reads_the_held_out_evaluations_targets_exactly(cache_dir: Path
 
     monkeypatch.setattr(train_module.EvaluatedTargets, "__call__", lambda self, index: None)
     assert_same_cell(cut, train_micro_cell("tme", cache_dir))
+
+
+def test_kept_targets_are_served_only_whole_and_until_cleared() -> None:
+    """The lookup gives each sample's target row, in the batch's order, across groups; None
+    when a target or a group was not kept, and after ``clear``; kept only on the CPU."""
+    split = TripletSplit(sample_ids=list("abcd"), reference=np.array([0, 1, 2, 3]), texts=list("abcd"),
+                         target=np.array([5, 4, 7, 9]), group=["x", "x", "y", "y"])
+    kept = EvaluatedTargets(split)
+    kept.keep("x", np.array([5, 4]), torch.tensor([[50.0], [40.0]]))
+    assert kept(torch.tensor([1, 0])).tolist() == [[40.0], [50.0]]
+    assert kept(torch.tensor([2])) is None  # group y not kept
+    kept.keep("y", np.array([9, 7, 8]), torch.tensor([[90.0], [70.0], [80.0]]))
+    assert kept(torch.tensor([3, 0, 2])).tolist() == [[90.0], [50.0], [70.0]]
+    kept.keep("y", np.array([9]), torch.tensor([[90.0]]))
+    assert kept(torch.tensor([2])) is None  # target 7 not in the gallery kept
+    kept.clear()
+    assert kept(torch.tensor([0])) is None
+    assert keeps_exactly(torch.device("cpu")) and not keeps_exactly(torch.device("cuda"))
