@@ -54,13 +54,14 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
             delattr(owner, name)
 
 
-def default_spec(methods: list[str], noise_rates: list[float], epochs: int, cache_dir: Path, output: Path) -> GridSpec:
-    """The grid ``cirbench run --methods ... --noise ... --epochs ...`` builds on the default
-    dataset and backbone, with the held-out share it resolves for that dataset (10% on the
-    generated ``shapes``), writing its results under ``output``."""
-    holdout = resolved_holdout(None, GridSpec.dataset)
+def default_spec(methods: list[str], noise_rates: list[float], epochs: int, cache_dir: Path, output: Path,
+                 dataset: str = GridSpec.dataset) -> GridSpec:
+    """The grid ``cirbench run --methods ... --noise ... --epochs ... --dataset ...`` builds on
+    the default backbone (and by default the default dataset), with the held-out share it
+    resolves for that dataset (10% on the generated ``shapes``), writing its results under ``output``."""
+    holdout = resolved_holdout(None, dataset)
     return GridSpec(methods=methods, noise_rates=noise_rates, epochs=epochs, output=output, cache_dir=cache_dir,
-                    holdout=holdout)
+                    holdout=holdout, dataset=dataset)
 
 
 def reference_rows_seconds(grid: Grid) -> float:

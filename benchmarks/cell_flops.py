@@ -5,6 +5,7 @@ product's rate measured in the same run and thread setting.
     python benchmarks/cell_flops.py                    # every method at 50% noise, the default schedule
     python benchmarks/cell_flops.py --json flops.json  # the same, its numbers also written for the docs
     python benchmarks/cell_flops.py --methods sprc,hug --epochs 1 --max-steps 3   # a quick check of the script
+    python benchmarks/cell_flops.py --methods tme --dataset shapes-mini --epochs 2 --max-steps 2   # quicker still
 
 One process, one thread unless ``--threads``. The grid is the default ``cirbench run``
 builds (the held-out split included); its reference rows run first, as a grid's do, then
@@ -311,6 +312,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=GridSpec.epochs, help="default: the default schedule's")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="training steps per epoch at most, for a quick check (2 or more: one is counted, the rest timed)")
+    parser.add_argument("--dataset", default=GridSpec.dataset,
+                        help="default: the default dataset's; e.g. shapes-mini for a quick check (not the default's figures)")
     parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
@@ -319,7 +322,8 @@ def main() -> None:
 
     rate_before = matmul_rate()
     with tempfile.TemporaryDirectory(prefix="cirbench-flops-") as output:
-        spec = default_spec(args.methods.split(","), [args.noise], args.epochs, args.cache_dir, Path(output) / "results")
+        spec = default_spec(args.methods.split(","), [args.noise], args.epochs, args.cache_dir, Path(output) / "results",
+                            args.dataset)
         grid = Grid(spec)
         references = reference_rows_seconds(grid)
         results: dict[str, Any] = {}
@@ -338,7 +342,8 @@ def main() -> None:
     mm = max(rate_before, rate_after)
     start_up = start_up_seconds()
 
-    shrunk = ", shrunk: not the default's figures" if args.max_steps or args.epochs != GridSpec.epochs else ""
+    shrunk = (", shrunk: not the default's figures"
+              if args.max_steps or args.epochs != GridSpec.epochs or args.dataset != GridSpec.dataset else "")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {spec.dataset} / {spec.backbone}, "
           f"noise {args.noise:g}, {spec.epochs} epochs, batch {spec.batch_size}, held-out share {spec.holdout:g}"
           + (f", at most {args.max_steps} steps an epoch" if args.max_steps else "") + shrunk)

@@ -148,6 +148,13 @@ class TrainingContext:
     """Frozen-tower tokens (B, P, D_v), float32 on ``device``, of pixels a method built, made
     the way the batch's tokens were (the cache's tower, or the online one), without gradient:
     the unchanged pixels of :attr:`pixels` give the batch's own tokens. None outside the harness."""
+    evaluated_targets: Callable[[torch.Tensor], torch.Tensor | None] | None = None
+    """``evaluated_targets(index)``: the method's :meth:`Method.encode_targets` features of the
+    target image of each training sample at ``index`` (``Batch.index``), as the held-out
+    evaluation that ended the last epoch encoded them (eval mode, no gradient), or None
+    where there are none (no held-out split, before the first evaluation, once a step has
+    changed the weights, or off the CPU: :func:`cirbench.engine.train.keeps_exactly`). For an epoch-level pass at the next epoch's start (TME's), which
+    would otherwise encode those targets again. None outside the harness."""
 
 
 class Method(nn.Module):

@@ -234,9 +234,12 @@ class TME(Method):
         return self.temperature
 
     def query_target_similarity(self, batch: Batch) -> torch.Tensor:
-        """(B, B) max-over-tokens similarity of the composed queries against the batch's targets."""
+        """(B, B) max-over-tokens similarity of the composed queries against the batch's
+        targets (their features as the held-out evaluation just encoded them, where it did)."""
         query = self.backbone.composed_feature(batch.reference, batch.text)
-        return max_token_similarity(query, self.backbone.target_features(batch.target))
+        evaluated = self.context.evaluated_targets
+        targets = evaluated(batch.index) if evaluated is not None else None
+        return max_token_similarity(query, self.backbone.target_features(batch.target) if targets is None else targets)
 
     @torch.no_grad()
     def per_sample_statistics(self) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ final evaluation of a cell, keep each query's ranks for the ``ranks`` table)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,8 @@ def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
 NO_SUBSET_RANK = -1
 """``subset_rank`` of a query whose protocol has no subset recall."""
 RANK_COLUMNS: list[str] = ["query", "group", "rank", "subset_rank", "ties", "subset_ties"]
+KeepTargets = Callable[[str, np.ndarray, torch.Tensor], None]
+"""``keep(group, images, features)``: told the gallery features an evaluation encoded, per group."""
 
 
 @dataclass
@@ -69,7 +72,8 @@ def _rank_frame(rows: np.ndarray, group: str, ranks: torch.Tensor, subset_ranks:
 
 @torch.inference_mode()
 def evaluate(method: Method, dataset: CIRDataset, split: TripletSplit, tokens: np.ndarray, texts: TextBatch,
-             device: torch.device, chunk: int = 512, gallery: dict[str, np.ndarray] | None = None) -> Evaluation:
+             device: torch.device, chunk: int = 512, gallery: dict[str, np.ndarray] | None = None,
+             keep_targets: KeepTargets | None = None) -> Evaluation:
     """The recall rows (``.results``: ``{group: {metric: value}}``) and per-query ranks
     (``.ranks``) of ``split`` ranked against ``gallery`` (default ``dataset.gallery``).
 
@@ -78,6 +82,7 @@ def evaluate(method: Method, dataset: CIRDataset, split: TripletSplit, tokens: n
     score strictly higher than its target, a tie at its expected value under a random
     tie-break, a non-finite target score as a miss; the reference is excluded from the ranking when
     the dataset's protocol says so. Subset recall (CIRR) ranks within each query's subset.
+    ``keep_targets``, if given, is handed each group's gallery images and their features.
     """
     was_training = method.training
     method.eval()
@@ -96,6 +101,8 @@ def evaluate(method: Method, dataset: CIRDataset, split: TripletSplit, tokens: n
             continue
         images = np.asarray(images)
         targets = _encode_in_chunks(lambda s: method.encode_targets(image_batch(images[s])), len(images), chunk)
+        if keep_targets is not None:
+            keep_targets(str(group), images, targets)
         column = {int(image): col for col, image in enumerate(images)}
         ranks, subset_ranks = [], []
         for start in range(0, len(rows), chunk):

@@ -70,6 +70,58 @@ class BatchMaker:
         )
 
 
+class EvaluatedTargets:
+    """``TrainingContext.evaluated_targets`` of one cell: the gallery features (the method's
+    ``encode_targets``) that the held-out evaluation just encoded, looked up by training
+    sample. The training gallery holds every training sample's target, so the epoch-level
+    pass that follows the evaluation (TME's) may read its targets here instead of encoding
+    them again with the same weights; the features are dropped before the next step."""
+
+    def __init__(self, split: TripletSplit) -> None:
+        self.groups = np.asarray(split.groups, dtype=object)
+        self.target = np.asarray(split.target, dtype=np.int64)
+        self.kept: dict[str, tuple[np.ndarray, np.ndarray, torch.Tensor]] = {}
+
+    def keep(self, group: str, images: np.ndarray, features: torch.Tensor) -> None:
+        """Keep a gallery group's ``images`` (ids) and their ``features`` (one row each)."""
+        images = np.asarray(images, dtype=np.int64)
+        order = np.argsort(images, kind="stable")
+        self.kept[group] = (images[order], order, features)
+
+    def clear(self) -> None:
+        """Drop what was kept (the weights it was encoded with are about to change)."""
+        self.kept = {}
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor | None:
+        """The kept features of the target of each training sample at ``index``, or None
+        where one of them was not kept (no held-out evaluation since the last step)."""
+        rows = np.asarray(index.detach().cpu(), dtype=np.int64).reshape(-1)
+        found = []
+        for group in dict.fromkeys(self.groups[rows]):
+            if group not in self.kept:
+                return None
+            images, order, features = self.kept[group]
+            mine = np.flatnonzero(self.groups[rows] == group)
+            wanted = self.target[rows[mine]]
+            at = np.searchsorted(images, wanted).clip(max=len(images) - 1)
+            if not np.array_equal(images[at], wanted):
+                return None
+            found.append((mine, features[torch.from_numpy(order[at]).to(features.device)]))
+        first = found[0][1]
+        out = first.new_empty((len(rows), *first.shape[1:]))
+        for mine, values in found:
+            out[torch.from_numpy(mine).to(out.device)] = values
+        return out
+
+
+def keeps_exactly(device: torch.device) -> bool:
+    """Whether features kept from an evaluation equal, bit for bit, those a method's own pass
+    would encode on ``device``: they come from batches of another size and make-up, and only
+    the CPU's kernels are checked to give each row the same bits in any batch
+    (``tests/test_eval_cuts.py``); an accelerator's may pick another kernel for another size."""
+    return device.type == "cpu"
+
+
 def warmup_cosine(total_steps: int, warmup: float) -> Callable[[int], float]:
     """Learning-rate factor: linear warm-up over the first ``warmup`` share of the steps,
     then cosine decay to 1% (the shape of TME/SPRC's one-cycle schedule)."""
@@ -246,7 +298,7 @@ def optimizer_step(method: Method, optimizer, scheduler, config: MethodConfig, b
 
 def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, noisy_train: TripletSplit,
              manifest: NoiseManifest, tokens: np.ndarray, make_batch: BatchMaker, epochs: int, batch_size: int, seed: int,
-             device: torch.device) -> TrainingContext:
+             device: torch.device, evaluated_targets: EvaluatedTargets) -> TrainingContext:
     """What the method is told about the cell (:class:`~cirbench.method.TrainingContext`)."""
     n = len(noisy_train)
     return TrainingContext(
@@ -255,6 +307,7 @@ def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, 
         iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
         noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
         pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
+        evaluated_targets=evaluated_targets,
     )
 
 
@@ -293,8 +346,9 @@ def train_cell(
                                  np.concatenate(epoch_batches(n, batch_size, seed, 0)))
     make_batch = BatchMaker(noisy_train, tokens, backbone.tokenize(noisy_train.texts), device)
     val_texts = backbone.tokenize(dataset.val.texts)
+    evaluated_targets = EvaluatedTargets(noisy_train)
     context = _context(method_cls, backbone, dataset, noisy_train, manifest, tokens, make_batch, epochs, batch_size, seed,
-                       device)
+                       device, evaluated_targets)
     method = method_cls(backbone, config, context).to(device)
     if parallel:
         distributed.broadcast_parameters(method)
@@ -305,6 +359,7 @@ def train_cell(
     for epoch in range(epochs):
         method.train()
         record.start_epoch(method.on_epoch_start(epoch))
+        evaluated_targets.clear()  # the steps change the weights they were encoded with
         for index in epoch_batches(n, batch_size, seed, epoch):
             batch = make_batch(index)
             tick = time.perf_counter()
@@ -313,7 +368,8 @@ def train_cell(
             record.record_step(epoch, step, index, out)
             step += 1
         held_out = None if holdout is None else evaluate(
-            method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery)
+            method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery,
+            keep_targets=evaluated_targets.keep if keeps_exactly(device) else None)
         record.end_epoch(epoch, step, evaluate(method, dataset, dataset.val, tokens, val_texts, device), held_out)
     return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
                        record.nonfinite)
