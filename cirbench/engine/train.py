@@ -311,6 +311,18 @@ def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, 
     )
 
 
+def _evaluate_epoch(method: Method, dataset: CIRDataset, tokens: np.ndarray, val_texts: TextBatch,
+                    holdout: HoldoutSplit | None, holdout_texts: TextBatch | None, device: torch.device,
+                    evaluated_targets: EvaluatedTargets) -> tuple[Evaluation, Evaluation | None]:
+    """An epoch's evaluations: the validation queries and, where there is a held-out split,
+    its queries against the training gallery (whose features are kept for the next epoch's
+    start where that is exact: :func:`keeps_exactly`)."""
+    held_out = None if holdout is None else evaluate(
+        method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery,
+        keep_targets=evaluated_targets.keep if keeps_exactly(device) else None)
+    return evaluate(method, dataset, dataset.val, tokens, val_texts, device), held_out
+
+
 def train_cell(
     method_cls: type[Method],
     config: MethodConfig,
@@ -367,9 +379,7 @@ def train_cell(
             model_seconds += time.perf_counter() - tick
             record.record_step(epoch, step, index, out)
             step += 1
-        held_out = None if holdout is None else evaluate(
-            method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery,
-            keep_targets=evaluated_targets.keep if keeps_exactly(device) else None)
-        record.end_epoch(epoch, step, evaluate(method, dataset, dataset.val, tokens, val_texts, device), held_out)
+        record.end_epoch(epoch, step, *_evaluate_epoch(method, dataset, tokens, val_texts, holdout, holdout_texts, device,
+                                                       evaluated_targets))
     return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
                        record.nonfinite)
