@@ -1,5 +1,5 @@
 """An experiment as one file (``cirbench study``): a small study run twice (the second run
-skips every cell), the committed report's study file against the README's five commands,
+skips every cell), the committed report's study file against the README's commands,
 and the refusals of a bad study file."""
 
 from __future__ import annotations
