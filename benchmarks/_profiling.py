@@ -1,7 +1,8 @@
 """What the profiling scripts of ``benchmarks/`` share: timers wrapped around the harness's
 real functions (patched in this process only), the grid they profile (the default as
-``cirbench run`` builds it, held-out split included) and the set-up a grid pays once
-(process start-up, the reference rows)."""
+``cirbench run`` builds it, held-out split included), the set-up a grid pays once
+(process start-up, the reference rows), and the FLOP formulas ``torch.utils.flop_counter``
+lacks for the CPU's attention operators (registered on import)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,39 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
+from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
+
 from cirbench.cli_grid import resolved_holdout
 from cirbench.engine.grid import Grid, GridSpec
 
 HELD_OUT, VALIDATION = "held-out", "validation"
+aten = torch.ops.aten
+
+
+@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)
+def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """The CPU's fused attention (training: ``nn.MultiheadAttention`` under autograd), which
+    ``torch.utils.flop_counter`` counts on the GPU's kernels only: the same formula."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+def _cpu_attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                                  **kwargs) -> int:
+    """Its backward, as the counter counts the GPU's."""
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+@register_flop_formula(aten._native_multi_head_attention)
+def _fused_multi_head_attention_flops(query_shape, key_shape, value_shape, embed_dim, num_heads, *args,
+                                      out_shape=None, **kwargs) -> int:
+    """``nn.MultiheadAttention``'s inference fast path (evaluation under ``torch.inference_mode``),
+    one operator the counter does not see into: the input projections of queries, keys and
+    values, the two attention products and the output projection."""
+    (b, s_q, e), s_k = query_shape, key_shape[1]
+    projections = 2 * b * e * e * (2 * s_q + 2 * s_k)
+    return projections + 2 * (2 * b * s_q * s_k * e)
 
 
 def timed(name: str | Callable[[dict[str, Any]], str], fn: Callable, into: dict[str, float]) -> Callable:

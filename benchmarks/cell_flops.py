@@ -33,7 +33,8 @@ and on each counted step what it took beyond the median step.
 
 The table, one block per method, one row per part (GFLOP: 1e9 floating-point operations as
 the counter counts them, two per multiply-add, forward and backward: matrix products,
-convolutions and attention; element-wise work, softmax, norms and the optimiser's update
+convolutions and attention, the CPU's attention operators through the formulas
+``_profiling.py`` registers; element-wise work, softmax, norms and the optimiser's update
 count nothing):
 
 - ``calls``: how often the cell runs the part (steps; epochs);

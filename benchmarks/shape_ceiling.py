@@ -1,0 +1,266 @@
+"""The ceiling of a cell's parts at this model's shapes: how fast a training step and each
+split's evaluation could run if only their counted operations took time.
+
+    python benchmarks/shape_ceiling.py                      # every method at 50% noise
+    python benchmarks/shape_ceiling.py --methods sprc,hug --json ceiling.json
+
+``benchmarks/cell_flops.py`` says how far a part is from the core's float32 matrix rate
+(a 1024 x 1024 ``torch.mm``); this script says how much of that distance the model's own
+shapes impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s
+registry: matrix products, attention, forward and backward) is recorded, with its shapes,
+strides and arguments, in one training step per method (``optimizer_step``, the third of
+the cell's first epoch) and in one evaluation of each split (an extra call after the
+cell's own); each distinct call is then replayed alone on random tensors of the same
+layout, timed (the best of ``--repeats``) and counted. The table, one block per method:
+
+- ``GFLOP``, ``seconds``, ``% of mm``: the part as the cell runs it (a step: the median of
+  the cell's other steps; an evaluation: the cell's own call);
+- ``ops s``: the part's counted operations replayed alone, summed over its calls;
+- ``ceiling``: the part's FLOPs over ``ops s``, as a share of the matrix rate: what the
+  part would reach if everything between its counted operations (element-wise work,
+  norms, softmax outside attention kernels, copies, the optimiser, Python) took no time;
+- ``outside``: the share of the part's time spent outside its counted operations;
+
+then the step's counted operations by operator (calls, GFLOP, replayed seconds, % of mm).
+The cells are shrunk (one epoch, six steps): shapes, not the schedule, set these figures.
+One process, one thread unless ``--threads``; run it by hand on an otherwise idle machine
+and quote ratios from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+import cirbench.engine.train as train_module
+from _profiling import HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds
+from cell_flops import METHODS, first_batches, matmul_rate, random_states_kept
+from cirbench.engine.grid import Grid, run_cell_by_id
+
+STEP = "step"
+RECORDED_STEP = 2
+"""The step recorded (0-based, within the cell's first epoch): after two that warm the kernels up."""
+STEPS = 6
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument's layout: what a replay needs to build one like it."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    def build(self) -> torch.Tensor:
+        """A tensor of this layout (random values where floating point, zeros otherwise)."""
+        extent = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride)) if all(self.shape) else 0
+        base = torch.randn(extent, dtype=self.dtype) if self.dtype.is_floating_point else torch.zeros(extent, dtype=self.dtype)
+        return base.as_strided(self.shape, self.stride)
+
+
+def _spec(x: Any) -> Any:
+    return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
+
+
+def _built(x: Any) -> Any:
+    return x.build() if isinstance(x, TensorSpec) else x
+
+
+class CountedOps(TorchDispatchMode):
+    """Records every call of an operator the FLOP counter counts: ``calls[(op, args, kwargs)]`` = times called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[tuple, int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
+        kwargs = kwargs or {}
+        if func._overloadpacket in flop_registry:
+            key = (func, tree_map(_spec, tuple(args)), tuple(sorted(tree_map(_spec, kwargs).items())))
+            self.calls[key] += 1
+        else:  # under inference mode composite operators (aten.linear) arrive whole, as the FLOP counter finds
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return func(*args, **kwargs)
+
+
+@dataclass
+class Replayed:
+    """One distinct counted call replayed alone: its operator, FLOPs, best time and how often the part made it."""
+
+    op: str
+    flops: int
+    seconds: float
+    count: int
+
+
+def replay(calls: dict[tuple, int], repeats: int) -> list[Replayed]:
+    """Each distinct call of ``calls`` run alone on fresh random tensors of its layout: counted once, then timed."""
+    out = []
+    for (func, args, kwargs), n in calls.items():
+        built_args, built_kwargs = tree_map(_built, args), {k: _built(v) for k, v in kwargs}
+        counter = FlopCounterMode(display=False)
+        with counter:
+            func(*built_args, **built_kwargs)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            func(*built_args, **built_kwargs)
+            best = min(best, time.perf_counter() - start)
+        out.append(Replayed(str(func._overloadpacket), counter.get_total_flops(), best, n))
+    return out
+
+
+@dataclass
+class PartCeiling:
+    """A part of a cell as run and as its counted operations alone would run."""
+
+    flops: int
+    seconds: float
+    ops_seconds: float
+    by_op: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def row(self, mm: float) -> dict[str, float]:
+        """The table's numbers: achieved and ceiling shares of the matrix rate ``mm``, share outside the counted ops."""
+        return {"gflop": self.flops / 1e9, "seconds": self.seconds, "ops_seconds": self.ops_seconds,
+                "fraction_of_mm": self.flops / self.seconds / mm, "ceiling": self.flops / self.ops_seconds / mm,
+                "outside": 1.0 - self.ops_seconds / self.seconds}
+
+
+def ceiling(calls: dict[tuple, int], seconds: float, repeats: int) -> PartCeiling:
+    """A part's :class:`PartCeiling` from its recorded counted calls and its own wall time."""
+    replayed = replay(calls, repeats)
+    by_op: dict[str, dict[str, float]] = defaultdict(lambda: {"calls": 0, "flops": 0.0, "seconds": 0.0})
+    for r in replayed:
+        entry = by_op[r.op]
+        entry["calls"] += r.count
+        entry["flops"] += r.flops * r.count
+        entry["seconds"] += r.seconds * r.count
+    return PartCeiling(sum(r.flops * r.count for r in replayed), seconds, sum(r.seconds * r.count for r in replayed),
+                       dict(by_op))
+
+
+@dataclass
+class Recording:
+    """What one shrunk cell's wrapped functions recorded: the counted calls and wall times of each part."""
+
+    calls: dict[str, dict[tuple, int]] = field(default_factory=dict)
+    seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def step(self, fn: Callable) -> Callable:
+        """``optimizer_step``: recorded on the cell's :data:`RECORDED_STEP`, timed on the others."""
+        done = {"steps": 0}
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            index, done["steps"] = done["steps"], done["steps"] + 1
+            if index == RECORDED_STEP:
+                mode = CountedOps()
+                with mode:
+                    result = fn(*args, **kwargs)
+                self.calls[STEP] = mode.calls
+                return result
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            if index > 0:
+                self.seconds[STEP].append(time.perf_counter() - start)
+            return result
+
+        return wrapper
+
+    def evaluate(self, fn: Callable) -> Callable:
+        """The training loop's ``evaluate``: timed, then recorded by an extra call."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            split = evaluated_split(kwargs)
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            self.seconds[split].append(time.perf_counter() - start)
+            mode = CountedOps()
+            with random_states_kept(), mode:
+                fn(*args, **kwargs)
+            self.calls[split] = mode.calls
+            return result
+
+        return wrapper
+
+
+def record_cell(spec, cell) -> Recording:  # noqa: ANN001 - the grid's types
+    """Run ``cell`` shrunk to one epoch of :data:`STEPS` steps, as a worker process runs it, recording its parts."""
+    recording = Recording()
+    with ExitStack() as stack:
+        stack.enter_context(patched(train_module, "optimizer_step", recording.step(train_module.optimizer_step)))
+        stack.enter_context(patched(train_module, "evaluate", recording.evaluate(train_module.evaluate)))
+        stack.enter_context(patched(train_module, "epoch_batches",
+                                    first_batches(train_module.epoch_batches, STEPS, cell.key.seed)))
+        outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
+    if outcome["status"] != "completed":
+        raise RuntimeError(f"{cell.key.run_id}: {outcome['status']} {outcome['error']}")
+    return recording
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", default=METHODS)
+    parser.add_argument("--noise", type=float, default=0.5)
+    parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5, help="replays of each distinct call (the best is kept)")
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    rate_before = matmul_rate()
+    parts: dict[str, dict[str, PartCeiling]] = {}
+    with tempfile.TemporaryDirectory(prefix="cirbench-ceiling-") as output:
+        spec = default_spec(args.methods.split(","), [args.noise], 1, args.cache_dir, Path(output) / "results")
+        grid = Grid(spec)
+        reference_rows_seconds(grid)
+        for cell in grid.cells:
+            recording = record_cell(spec, cell)
+            parts[cell.key.method] = {
+                name: ceiling(recording.calls[name], statistics.median(recording.seconds[name]), args.repeats)
+                for name in (STEP, VALIDATION, HELD_OUT) if name in recording.calls
+            }
+    mm = max(rate_before, matmul_rate())
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {spec.dataset} / {spec.backbone}, "
+          f"batch {spec.batch_size}, noise {args.noise:g}; matrix rate (1024x1024 float32 torch.mm) {mm / 1e9:.1f} GFLOP/s\n")
+    print(f"{'method':<10}{'part':<12}{'GFLOP':>9}{'seconds':>9}{'% of mm':>9}{'ops s':>8}{'ceiling':>9}{'outside':>9}")
+    for method, found in parts.items():
+        label = method
+        for name, part in found.items():
+            r = part.row(mm)
+            print(f"{label:<10}{name:<12}{r['gflop']:>9.3f}{r['seconds']:>9.4f}{r['fraction_of_mm']:>9.1%}"
+                  f"{r['ops_seconds']:>8.4f}{r['ceiling']:>9.1%}{r['outside']:>9.1%}")
+            label = ""
+    print(f"\nthe step's counted operations, by operator\n{'method':<10}{'operator':<48}{'calls':>6}{'GFLOP':>8}{'s':>8}{'% of mm':>9}")
+    for method, found in parts.items():
+        label = method
+        for op, e in sorted(found[STEP].by_op.items(), key=lambda kv: -kv[1]["seconds"]):
+            print(f"{label:<10}{op:<48}{int(e['calls']):>6}{e['flops'] / 1e9:>8.3f}{e['seconds']:>8.4f}"
+                  f"{e['flops'] / e['seconds'] / mm:>9.1%}")
+            label = ""
+    if args.json:
+        record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "matmul_flops_per_s": mm,
+                  "methods": {m: {n: {**p.row(mm), "by_op": p.by_op} for n, p in found.items()} for m, found in parts.items()}}
+        args.json.write_text(json.dumps(record, indent=1))
+        print(f"\nwritten: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
