@@ -42,7 +42,6 @@ from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import cirbench.engine.train as train_module
@@ -72,10 +71,16 @@ class TensorSpec:
 
 
 def _spec(x: Any) -> Any:
+    """``x`` as a recorded call's key holds it: tensors as their layout, lists as tuples (hashable)."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_spec(y) for y in x)
     return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
 
 
 def _built(x: Any) -> Any:
+    """A recorded argument made real again: tensors of the recorded layouts."""
+    if isinstance(x, tuple):
+        return tuple(_built(y) for y in x)
     return x.build() if isinstance(x, TensorSpec) else x
 
 
@@ -89,7 +94,7 @@ class CountedOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
         kwargs = kwargs or {}
         if func._overloadpacket in flop_registry:
-            key = (func, tree_map(_spec, tuple(args)), tuple(sorted(tree_map(_spec, kwargs).items())))
+            key = (func, _spec(tuple(args)), tuple(sorted((k, _spec(v)) for k, v in kwargs.items())))
             self.calls[key] += 1
         else:  # under inference mode composite operators (aten.linear) arrive whole, as the FLOP counter finds
             with self:
@@ -113,7 +118,7 @@ def replay(calls: dict[tuple, int], repeats: int) -> list[Replayed]:
     """Each distinct call of ``calls`` run alone on fresh random tensors of its layout: counted once, then timed."""
     out = []
     for (func, args, kwargs), n in calls.items():
-        built_args, built_kwargs = tree_map(_built, args), {k: _built(v) for k, v in kwargs}
+        built_args, built_kwargs = _built(args), {k: _built(v) for k, v in kwargs}
         counter = FlopCounterMode(display=False)
         with counter:
             func(*built_args, **built_kwargs)
