@@ -47,7 +47,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 import cirbench.engine.train as train_module
 from _profiling import HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds
 from cell_flops import METHODS, first_batches, matmul_rate, random_states_kept
-from cirbench.engine.grid import Grid, run_cell_by_id
+from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
 
 STEP = "step"
 RECORDED_STEP = 2
@@ -156,7 +156,7 @@ def ceiling(calls: dict[tuple, int], seconds: float, repeats: int) -> PartCeilin
         entry["calls"] += r.count
         entry["flops"] += r.flops * r.count
         entry["seconds"] += r.seconds * r.count
-    return PartCeiling(sum(r.flops * r.count for r in replayed), seconds, sum(r.seconds * r.count for r in replayed),
+    return PartCeiling(int(sum(e["flops"] for e in by_op.values())), seconds, sum(e["seconds"] for e in by_op.values()),
                        dict(by_op))
 
 
@@ -166,13 +166,13 @@ class Recording:
 
     calls: dict[str, dict[tuple, int]] = field(default_factory=dict)
     seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    steps_seen: int = 0
 
     def step(self, fn: Callable) -> Callable:
         """``optimizer_step``: recorded on the cell's :data:`RECORDED_STEP`, timed on the others."""
-        done = {"steps": 0}
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            index, done["steps"] = done["steps"], done["steps"] + 1
+            index, self.steps_seen = self.steps_seen, self.steps_seen + 1
             if index == RECORDED_STEP:
                 mode = CountedOps()
                 with mode:
@@ -204,7 +204,7 @@ class Recording:
         return wrapper
 
 
-def record_cell(spec, cell) -> Recording:  # noqa: ANN001 - the grid's types
+def record_cell(spec: GridSpec, cell: Cell) -> Recording:
     """Run ``cell`` shrunk to one epoch of :data:`STEPS` steps, as a worker process runs it, recording its parts."""
     recording = Recording()
     with ExitStack() as stack:
