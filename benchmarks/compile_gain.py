@@ -110,19 +110,19 @@ class CellTimes:
     steps: dict[bool, list[float]] = field(default_factory=lambda: defaultdict(list))
     evaluations: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     scope: str = "layers"
-    switches: dict[int, LayerSwitch | MethodSwitch] = field(default_factory=dict)
+    made: LayerSwitch | MethodSwitch | None = None
 
     def switch(self, method: nn.Module) -> LayerSwitch | MethodSwitch:
-        """The method's switch of this scope, made on first use."""
-        if id(method) not in self.switches:
-            self.switches[id(method)] = SWITCHES[self.scope](method)
-        return self.switches[id(method)]
+        """The cell's method's switch of this scope (a cell builds one method), made on first use."""
+        if self.made is None:
+            self.made = SWITCHES[self.scope](method)
+        return self.made
 
     def step(self, fn: Callable) -> Callable:
         """``optimizer_step``, odd calls compiled, even calls eager, each timed."""
 
         def wrapper(method: Any, *args: Any, **kwargs: Any) -> Any:
-            compiled = sum(len(v) for v in self.steps.values()) % 2 == 1
+            compiled = (len(self.steps[False]) + len(self.steps[True])) % 2 == 1
             switch = self.switch(method)
             switch.use(compiled)
             start = time.perf_counter()
