@@ -131,6 +131,35 @@ def test_gentle_allows_a_dip_within_the_starts_resolution_only(tmp_path: Path) -
     assert below["gentle"].value == pytest.approx(0.55 * 0.35 - floor) and below["gentle"].verdict == "FAIL"
 
 
+def _fine_tune_check(root: Path, start: dict[str, float], clean: dict[str, float]):
+    store = ResultsStore(root)
+    for seed in (0, 1):
+        _write(store, "sprc", 0.0, seed, clean)
+        _write(store, "zero_shot", 0.0, seed, start, reference=True)
+    (setting,) = load_results(root).settings
+    return next(c for c in calibration_checks(setting) if c.name == "fine-tuning matters")
+
+
+def test_fine_tuning_matters_reads_r10_and_r1_against_cirrs_zero_shot_range(tmp_path: Path) -> None:
+    """The start's share of ``sprc`` at 0% is at most 0.85 on R@10 and 0.75 on R@1, at least 0.2 on R@10."""
+    ok = _fine_tune_check(tmp_path / "ok", {"recall@10": 0.48, "recall@1": 0.14}, {"recall@10": 0.60, "recall@1": 0.20})
+    assert ok.value == pytest.approx(0.8) and ok.verdict == "pass" and "R@1 ratio 0.700" in ok.detail
+    r1_high = _fine_tune_check(tmp_path / "r1", {"recall@10": 0.48, "recall@1": 0.16}, {"recall@10": 0.60, "recall@1": 0.20})
+    assert r1_high.value == pytest.approx(0.8) and r1_high.verdict == "FAIL" and "R@1 ratio 0.800" in r1_high.detail
+    r10_high = _fine_tune_check(tmp_path / "r10", {"recall@10": 0.54, "recall@1": 0.10}, {"recall@10": 0.60, "recall@1": 0.20})
+    assert r10_high.value == pytest.approx(0.9) and r10_high.verdict == "FAIL"
+    chance = _fine_tune_check(tmp_path / "low", {"recall@10": 0.06, "recall@1": 0.01}, {"recall@10": 0.60, "recall@1": 0.20})
+    assert chance.verdict == "FAIL"
+
+
+def test_room_to_win_prints_the_gain_at_a_fifth_and_a_half(tmp_path: Path) -> None:
+    """(oracle - zero_shot) / (sprc at 0% - zero_shot): at 80% (0.36 - 0.30) / (0.60 - 0.30) = 0.2,
+    at 50% (0.45 - 0.30) / 0.30 = 0.5 (means over seeds: the wobbles cancel)."""
+    (setting,) = load_results(_results(tmp_path, oracle_80=0.36)).settings
+    room = next(c for c in calibration_checks(setting) if c.name == "room to win")
+    assert "gain at a fifth 0.20, gain at a half 0.50" in room.detail
+
+
 def test_a_missed_target_fails(tmp_path: Path) -> None:
     (setting,) = load_results(_results(tmp_path, oracle_80=0.32)).settings
     checks = {c.name: c for c in calibration_checks(setting)}
