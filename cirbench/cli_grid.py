@@ -64,14 +64,15 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
 
 
 def preflight_grid(grid) -> None:
-    """Load a dataset read from the user's files before any cell runs: one that fails its
-    check stops the run here, and samples dropped under --allow-missing are listed."""
+    """Load and check the grid's dataset and plugins before any cell runs
+    (:func:`cirbench.engine.runner.preflight`): a failure stops the run here, naming the
+    plugin and the rule; samples dropped under --allow-missing are listed."""
     from cirbench import show
     from cirbench.data.check import DatasetProblemsError
     from cirbench.engine.runner import preflight
 
     try:
-        checked = preflight(grid)
+        checked = preflight(grid, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))
     except DatasetProblemsError as exc:
         _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
