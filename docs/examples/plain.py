@@ -83,7 +83,7 @@ class PlainBackbone(Backbone):
         q = self.expand_queries(batch, queries)
         parts, padding = [q], [torch.zeros(q.shape[:2], dtype=torch.bool, device=q.device)]
         if text is not None:
-            parts.append(self.word_embeddings(text) + self.text_pos[:, :text.ids.shape[1]])
+            parts.append(self.word_embed(text.ids) + self.text_pos[:, :text.ids.shape[1]])
             padding.append(~text.mask)
         if image_tokens is not None:
             image = self.image_in(image_tokens)
