@@ -190,6 +190,16 @@ def calibration_checks(grid, seeds: str) -> bool:
     return all(c.passed is not False for c in checks)
 
 
+def register_plugins(plugin: list[Path]) -> None:
+    """Register the plugins of ``--plugin`` (a command that builds no grid: ``report``); a
+    file that is missing, does not import or defines none stops the command."""
+    from cirbench.plugins import discover
+
+    errors = discover(list(plugin)).errors if plugin else []
+    if errors:
+        _fail("; ".join(errors))
+
+
 def write_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
     """Build the report of ``results`` into ``output``; whether it was written (else the error is printed)."""
     from cirbench.report import ReportError, build_report

@@ -158,3 +158,51 @@ def test_a_backbone_written_from_the_page_alone_runs_sprc_and_tme(tmp_path: Path
     runs = ResultsStore(tmp_path / "out").read("runs")
     trained = runs[~runs.is_reference]
     assert sorted(zip(trained.method, trained.status)) == [("sprc", "completed"), ("tme", "completed")]
+
+
+STUDY = """
+[study]
+output = "{output}"
+cache_dir = "{cache_dir}"
+report = ""
+
+[[grid]]
+kind = "run"
+dataset = "shapes-mini"
+noise_protocol = "{protocol}"
+methods = ["sprc"]
+noise = [0.5]
+"""
+
+
+@pytest.mark.parametrize("command", ["calibrate", "study"])
+def test_calibrate_and_study_take_plugin_and_check_their_grids(tmp_path: Path, cache_dir: Path, command: str) -> None:
+    """A protocol defined by ``--plugin`` alone is found, and its mislabelled samples refused before any cell."""
+    name = f"mislabels_{command}"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(NOISE.format(name=name, breakage=MISLABEL))
+    out = tmp_path / "out"
+    if command == "calibrate":
+        args = ["calibrate", "--dataset", "shapes-mini", "--noise-protocol", name, "--output", str(out)]
+    else:
+        (tmp_path / "study.toml").write_text(STUDY.format(output=out, cache_dir=cache_dir, protocol=name))
+        args = ["study", str(tmp_path / "study.toml")]
+    if command == "calibrate":
+        args += ["--cache-dir", str(cache_dir)]
+    result = runner.invoke(app, [*args, "--plugin", str(plugin)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"noise protocol '{name}' (file {plugin})" in text and "(rule:" in text, text
+    assert nothing_under(out)
+
+
+def test_report_takes_plugin(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", "--results", str(tmp_path), "--plugin", str(tmp_path / "missing.py")])
+    assert result.exit_code == 2 and "missing.py: no such file" in " ".join(result.output.split())
+
+
+def test_check_plugin_says_what_it_checked_and_what_a_backbone_lacks(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "plugin.py").write_text(NO_WORDS.replace('name = "wordless"', 'name = "wordless_checked"'))
+    result = runner.invoke(app, ["check-plugin", str(tmp_path / "plugin.py"), "--cache-dir", str(cache_dir)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and "backbone wordless_checked: conforms" in text, text
+    assert "checked: built twice from one seed alike" in text and "lacks word_embeddings: tme refused on it" in text

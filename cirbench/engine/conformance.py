@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cirbench.backbones.base import Backbone, TextBatch
-from cirbench.backbones.registry import BackboneFactory
+from cirbench.backbones.base import OPTIONAL_CAPABILITIES, Backbone, TextBatch, capabilities
+from cirbench.backbones.registry import BACKBONES, BackboneFactory
 from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.config import build_config
 from cirbench.data.base import CIRDataset
@@ -170,3 +170,32 @@ def check_plugin_file(path: Path, cache_dir: Path) -> dict[str, list[str]]:
         except Exception as exc:  # a plugin that raises has that as its problem
             results[f"{kind} {name}"] = [f"raised {type(exc).__name__}: {exc}"]
     return results
+
+
+CHECKED = {
+    "method": "trained one epoch on tiny (random start) at 50% noise: finite losses, recalls in [0, 1], a per-sample view "
+              "if it partitions or scores noise",
+    "dataset": "loaded twice (deterministic, its key() the loaded key), at least 2 training and 1 validation triplets, str "
+               "texts, a gallery of in-range images per group holding every target, uint8 (H, W, 3) images",
+    "noise protocol": "one in-range value per sample, deterministic in rng, nothing noisy at rate 0 and something at 0.5, one "
+                      "manifest per seed, every changed sample typed (not 'clean')",
+    "backbone": "built twice from one seed alike, preprocess and image-token shapes, TextBatch, query and target widths, "
+                "str keys, sprc trained for an epoch",
+}
+"""What ``check-plugin`` checks of each kind, for the line under its verdict."""
+
+
+def checked_line(plugin: str, cache_dir: Path) -> str:
+    """The line under ``plugin``'s verdict (``"<kind> <name>"``, as :func:`check_plugin_file`
+    names it): what was checked, and for a backbone the optional capabilities it offers and
+    the built-in methods refused on it for lacking one."""
+    kind, name = plugin.rsplit(" ", 1)
+    line = f"checked: {CHECKED[kind]}"
+    if kind != "backbone":
+        return line
+    offered = capabilities(BACKBONES.get(name)(0, cache_dir, None))
+    methods = discover().methods
+    refused = [m for m in methods if set(methods.get(m).needs) - offered]
+    lacking = [c for c in OPTIONAL_CAPABILITIES if c not in offered]
+    return (f"{line}; optional capabilities: {', '.join(sorted(offered)) or 'none'}"
+            + (f" (lacks {', '.join(lacking)}: {', '.join(refused) or 'no method'} refused on it)" if lacking else ""))
