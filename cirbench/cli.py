@@ -21,8 +21,8 @@ from cirbench.cli_options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
     NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
 )
-from cirbench.cli_grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, run_here, sweep_grid,
-                               validated_grid, write_report)
+from cirbench.cli_grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
+                               run_here, sweep_grid, validated_grid, write_report)
 from cirbench.cli_start import start_app
 from cirbench.cli_study import study
 from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_app
@@ -129,7 +129,8 @@ def calibrate(
     seeds: Seeds = "0,1,2", epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     holdout: Holdout = None,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (finished cells are reused).")] = Path("results/calibration"),
-    cache_dir: CacheDir = Path("datasets"), device: Device = "cpu", precision: Precision = "fp32", jobs: Jobs = 0,
+    cache_dir: CacheDir = Path("datasets"), plugin: Plugins = [], device: Device = "cpu", precision: Precision = "fp32",
+    jobs: Jobs = 0,
 ) -> None:
     """Check that a setting is in the papers' regime (docs/benchmark.md); exit 1 if a target is missed.
 
@@ -140,7 +141,7 @@ def calibrate(
         seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device, precision=precision,
-        holdout=holdout))
+        holdout=holdout, plugin_files=list(plugin)))
     failed = [o for o in run_here(grid, jobs) if o.status == "failed"]
     for o in failed:
         console.print(f"[red]{o.cell.key.method} at {o.cell.key.noise_rate:g}, seed {o.cell.key.seed} failed: {escape(o.error)}[/]")
@@ -155,9 +156,12 @@ def report(
     published: list[Path] = typer.Option(
         [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."
     ),
+    plugin: Plugins = [],
 ) -> None:
     """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
-    FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
+    FashionIQ and CIRR settings show the papers' published numbers beside the measured ones; a
+    --plugin noise protocol's description of its noise types words the detection figure."""
+    register_plugins(plugin)
     if not write_report(results, output, published):
         raise typer.Exit(2)
 

@@ -64,14 +64,15 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
 
 
 def preflight_grid(grid) -> None:
-    """Load a dataset read from the user's files before any cell runs: one that fails its
-    check stops the run here, and samples dropped under --allow-missing are listed."""
+    """Load and check the grid's dataset and plugins before any cell runs
+    (:func:`cirbench.engine.runner.preflight`): a failure stops the run here, naming the
+    plugin and the rule; samples dropped under --allow-missing are listed."""
     from cirbench import show
     from cirbench.data.check import DatasetProblemsError
     from cirbench.engine.runner import preflight
 
     try:
-        checked = preflight(grid)
+        checked = preflight(grid, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))
     except DatasetProblemsError as exc:
         _print_problems(exc.report.errors, 30)
         _fail(str(exc).split(":\n", 1)[0])
@@ -187,6 +188,16 @@ def calibration_checks(grid, seeds: str) -> bool:
     atomic_write_text(checks_markdown(checks) + "\n", path)
     console.print(f"written: {path}")
     return all(c.passed is not False for c in checks)
+
+
+def register_plugins(plugin: list[Path]) -> None:
+    """Register the plugins of ``--plugin`` (a command that builds no grid: ``report``); a
+    file that is missing, does not import or defines none stops the command."""
+    from cirbench.plugins import discover
+
+    errors = discover(list(plugin)).errors if plugin else []
+    if errors:
+        _fail("; ".join(errors))
 
 
 def write_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:

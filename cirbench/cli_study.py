@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from cirbench.cli_grid import calibrate_grid, calibration_checks, print_summary, run_here, sweep_grid, validated_grid, write_report
-from cirbench.cli_options import Opt, _fail, console
+from cirbench.cli_options import Opt, Plugins, _fail, console
 
 SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
                "holdout")
@@ -21,13 +21,14 @@ def _joined(values: list | None) -> str | None:
     return None if values is None else ",".join(str(v) for v in values)
 
 
-def study_grid(entry, study):
+def study_grid(entry, study, plugin: list[Path] | None = None):
     """The validated grid of one study entry (a :class:`~cirbench.study.StudyGrid`), as its
-    command (``run``, ``sweep``, ``calibrate``) would build it from the same options."""
+    command (``run``, ``sweep``, ``calibrate``) would build it from the same options, with
+    the command line's ``plugin`` files after the entry's own."""
     from cirbench import defaults
 
     options = entry.options
-    plugins = [Path(p) for p in options.get("plugins", [])]
+    plugins = [Path(p) for p in options.get("plugins", [])] + list(plugin or [])
     fields = {key: options[key] for key in SPEC_FIELDS if key in options}
     fields.update(output=study.output, cache_dir=study.cache_dir, dataset_options=dict(options.get("dataset_options", {})),
                   data_root=Path(options["data_root"]) if "data_root" in options else None)
@@ -42,10 +43,10 @@ def study_grid(entry, study):
                           plugins, fields)
 
 
-def run_study(path: Path, jobs: int | None = None) -> tuple[list, bool]:
-    """Build every grid of the study ``path`` (any error stops it before work), run them in
-    order and build the report: the outcomes of every grid, in order, and whether every
-    calibration target was met and the report written."""
+def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = None) -> tuple[list, bool]:
+    """Build every grid of the study ``path`` (any error stops it before work; ``plugin``:
+    files every grid registers), run them in order and build the report: the outcomes of
+    every grid, in order, and whether every calibration target was met and the report written."""
     from cirbench.study import StudyError, load_study
 
     try:
@@ -55,7 +56,7 @@ def run_study(path: Path, jobs: int | None = None) -> tuple[list, bool]:
     grids = []
     for entry in study.grids:
         console.print(f"[dim]{path}: {entry.where}[/]")
-        grids.append((entry, study_grid(entry, study)))
+        grids.append((entry, study_grid(entry, study, plugin)))
     outcomes, met = [], True
     for entry, grid in grids:
         console.print(f"[bold]{path}: {entry.where}[/]: {len(grid.pending())} of {len(grid.cells)} cells to run")
@@ -73,10 +74,11 @@ def study(
     path: Annotated[Path, typer.Argument(help="A study file (TOML): its grids, their options, the results and report folders.")],
     jobs: Annotated[Optional[int], Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help="Cells at once (default: the study's jobs, else "
                              "two on a CPU with two or more cores).")] = None,
+    plugin: Plugins = [],
 ) -> None:
     """Run a study file's grids (run, calibrate, sweep, ablations) into one results folder,
     resumably (finished cells are skipped), then build its report; exit 1 if a cell failed,
     a calibration target was missed or the report could not be built."""
-    outcomes, met = run_study(path, jobs)
+    outcomes, met = run_study(path, jobs, list(plugin))
     if not met or any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)

@@ -163,7 +163,7 @@ def check_plugin(
 ) -> None:
     """Check every plugin a file defines against what its kind must provide (a method, a
     dataset, a noise protocol, a backbone: cirbench/engine/conformance.py); exit 1 on a problem."""
-    from cirbench.engine.conformance import check_plugin_file
+    from cirbench.engine.conformance import check_plugin_file, checked_line
 
     results = check_plugin_file(path, cache_dir)
     for plugin, problems in results.items():
@@ -171,5 +171,7 @@ def check_plugin(
             console.print(f"[red]{escape(plugin)}[/]: " + "; ".join(escape(p) for p in problems))
         else:
             console.print(f"[green]{escape(plugin)}: conforms[/]")
+        if plugin != "--plugin":
+            console.print(f"  [dim]{escape(checked_line(plugin, cache_dir))}[/]")
     if any(results.values()):
         raise typer.Exit(1)

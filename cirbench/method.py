@@ -174,6 +174,10 @@ class Method(nn.Module):
     run --ablate <name>`` runs the full method beside every variant, labelled ``<name>:<variant>``."""
     ablation_noise: ClassVar[tuple[float, ...]] = (0.2,)
     """The noise rates at which the method's paper reports its ablations (the grid's default)."""
+    needs: ClassVar[tuple[str, ...]] = ()
+    """The optional backbone capabilities it calls (names of
+    :data:`~cirbench.backbones.base.OPTIONAL_CAPABILITIES`, e.g. ``word_embeddings``): a grid
+    pairing it with a backbone that lacks one is refused before any cell trains."""
 
     def __init__(self, backbone: Backbone, config: MethodConfig, context: TrainingContext) -> None:
         super().__init__()

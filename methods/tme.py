@@ -170,6 +170,7 @@ class TME(Method):
     paper = "He et al., Learning with Noisy Triplet Correspondence for Composed Image Retrieval (TME), CVPR 2025"
     Config = TMEConfig
     partitions = True
+    needs = ("word_embeddings",)  # lsa's static text target
 
     def __init__(self, backbone, config: TMEConfig, context) -> None:
         super().__init__(backbone, config, context)

@@ -139,6 +139,19 @@ class Backbone(nn.Module, ABC):
         return F.normalize(self.vision_proj(out.query), dim=-1)
 
 
+OPTIONAL_CAPABILITIES: dict[str, str] = {
+    "word_embeddings": "word_embeddings(text: TextBatch) -> Tensor (B, T, hidden_size)",
+}
+"""What a backbone may offer beyond the required interface, each with its signature: a
+method declares the ones it needs (``Method.needs``); a backbone offers one when its class
+implements (overrides) it."""
+
+
+def capabilities(backbone: Backbone) -> set[str]:
+    """The :data:`OPTIONAL_CAPABILITIES` ``backbone``'s class implements."""
+    return {name for name in OPTIONAL_CAPABILITIES if getattr(type(backbone), name, None) is not getattr(Backbone, name)}
+
+
 def max_token_similarity(queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """BLIP-2 retrieval similarity: queries (N, E) against targets (M, Q, E) -> (N, M), the
     maximum over target tokens of the dot product. One matrix product, no Python loops."""

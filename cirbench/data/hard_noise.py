@@ -48,6 +48,7 @@ class HardProtocol(NoiseProtocol):
 
     name = "hard"
     description = "hard noise (ConeSep Fig. 1): each chosen triplet gets the text of a triplet with a visually close reference"
+    noise_types = {"caption": "caption of a triplet with a visually close reference"}
     neighbours: ClassVar[int] = 10
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:

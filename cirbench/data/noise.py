@@ -23,6 +23,7 @@ import pandas as pd
 
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.hard_noise import HardProtocol
+from cirbench.data.noise_rules import NoiseProtocolError, mislabel_problems, proposal_problems
 from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
 from cirbench.registry import Registry
 from cirbench.results.atomic import atomic_write_parquet
@@ -40,6 +41,7 @@ class ThirdsProtocol(NoiseProtocol):
 
     name = "thirds"
     description = "TME/ConeSep protocol: permute references, texts, targets in thirds of the chosen samples"
+    noise_types = {"reference": "reference image swapped", "caption": "caption swapped", "target": "target image swapped"}
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         out = untouched(split)
@@ -59,6 +61,7 @@ class CaptionProtocol(NoiseProtocol):
 
     name = "caption"
     description = "every chosen triplet gets another triplet's modification text"
+    noise_types = {"caption": "caption swapped with another triplet's"}
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         out = untouched(split)
@@ -130,6 +133,10 @@ def inject_noise(
     proto: NoiseProtocol = NOISE_PROTOCOLS.get(protocol)()
     rng = np.random.default_rng(seed)
     proposal = proto.propose(split, rate, rng, NoiseContext(dataset, image_features))
+    where = f"noise protocol {protocol!r} ({NOISE_PROTOCOLS.entry(protocol).source}) at rate {rate:g}, seed {seed}"
+    problems = proposal_problems(proposal, len(split), len(dataset.image_ids))
+    if problems:
+        raise NoiseProtocolError(where, problems)
 
     texts = np.asarray(split.texts, dtype=object)
     new_texts = texts[proposal.text_source] if proposal.texts is None else np.asarray(proposal.texts, dtype=object)
@@ -138,6 +145,10 @@ def inject_noise(
     changed_target = proposal.target != split.target
     is_noisy = changed_ref | changed_text | changed_target
     noise_type = np.where(is_noisy, proposal.attempted, "clean").astype(object)
+    problems = mislabel_problems(split.sample_ids, {"reference": changed_ref, "text": changed_text, "target": changed_target},
+                                 noise_type)
+    if problems:
+        raise NoiseProtocolError(where, problems)
 
     ids = np.asarray(dataset.image_ids, dtype=object)
     sample_ids = np.asarray(split.sample_ids, dtype=object)

@@ -45,6 +45,9 @@ class NoiseProtocol:
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    noise_types: ClassVar[dict[str, str]] = {}
+    """Each noise type it records in ``Proposal.attempted`` and what it is, e.g.
+    ``{"caption": "caption swapped"}``: the report's wording of its detection figure."""
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         """The proposed corruption of ``split`` at ``rate`` (see :class:`Proposal`)."""

@@ -105,11 +105,15 @@ class NoisySplit:
     holdout: HoldoutSplit | None
 
 
+def pooled_features(tokens: np.ndarray) -> np.ndarray:
+    """One pooled frozen-tower feature per image (a noise protocol's ``context.image_features()``)."""
+    return np.asarray(tokens, dtype=np.float32).mean(axis=1)
+
+
 def noisy_split(spec: Any, key: CellKey, dataset: CIRDataset, tokens: np.ndarray) -> NoisySplit:
     """The noise injection of ``key`` (its protocol, rate and seed) and the held-out split."""
     noisy, manifest = inject_noise(
-        dataset, spec.noise_protocol, key.noise_rate, key.seed,
-        image_features=lambda: np.asarray(tokens, dtype=np.float32).mean(axis=1),
+        dataset, spec.noise_protocol, key.noise_rate, key.seed, image_features=lambda: pooled_features(tokens),
     )
     if not spec.holdout:
         return NoisySplit(manifest, noisy, manifest, None)

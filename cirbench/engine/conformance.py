@@ -20,14 +20,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cirbench.backbones.base import Backbone, TextBatch
-from cirbench.backbones.registry import BackboneFactory
+from cirbench.backbones.base import OPTIONAL_CAPABILITIES, Backbone, TextBatch, capabilities
+from cirbench.backbones.registry import BACKBONES, BackboneFactory
 from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.config import build_config
 from cirbench.data.base import CIRDataset
 from cirbench.data.loader import DatasetLoader
+from cirbench.data.dataset_rules import dataset_rule_problems
 from cirbench.data.noise import inject_noise
-from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal
+from cirbench.data.noise_rules import NoiseProtocolError, proposal_problems
+from cirbench.data.proposal import NoiseContext, NoiseProtocol
 from cirbench.data.registry import ShapesLoader
 from cirbench.engine.features import image_tokens
 from cirbench.engine.train import train_cell
@@ -58,44 +60,13 @@ def dataset_problems(loader: DatasetLoader, cache_dir: Path, data_root: Path | N
         return problems + [f"__call__ returned {type(dataset).__name__}, not a CIRDataset"]
     if key is not None and key != dataset.key:
         problems.append(f"key() is {key!r} but the loaded dataset's key is {dataset.key!r}")
-    if len(dataset.train) < 2 or len(dataset.val) < 1:
-        problems.append(f"too few triplets: {len(dataset.train)} training, {len(dataset.val)} validation")
-    for split_name, split in (("train", dataset.train), ("val", dataset.val)):
-        if not all(isinstance(t, str) for t in split.texts):
-            problems.append(f"{split_name}: every text must be a str")
-    for group in set(dataset.val.groups) - set(dataset.gallery):
-        problems.append(f"validation group {group!r} has no gallery")
-    for i, (group, target) in enumerate(zip(dataset.val.groups, dataset.val.target)):
-        if target >= 0 and group in dataset.gallery and target not in set(dataset.gallery[group].tolist()):
-            problems.append(f"validation query {dataset.val.sample_ids[i]!r}: its target is not in its gallery")
-            break
+    problems += dataset_rule_problems(dataset)
     image = np.asarray(dataset.images.load(0))
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
         problems.append(f"images must be uint8 (H, W, 3) arrays, got {image.dtype} {image.shape}")
     again = loader(cache_dir, data_root)
     if again.key != dataset.key or again.train.texts != dataset.train.texts:
         problems.append("two loads differ: a dataset must be deterministic")
-    return problems
-
-
-def _proposal_problems(proposal: Proposal, n: int, n_images: int) -> list[str]:
-    """What is wrong with ``proposal`` for a split of ``n`` samples over ``n_images`` images."""
-    if not isinstance(proposal, Proposal):
-        return [f"propose returned {type(proposal).__name__}, not a Proposal"]
-    problems = []
-    for name in ("reference", "text_source", "target", "attempted"):
-        if len(getattr(proposal, name)) != n:
-            problems.append(f"Proposal.{name} has {len(getattr(proposal, name))} values for {n} samples")
-    if problems:
-        return problems
-    if ((proposal.reference < 0) | (proposal.reference >= n_images)).any() or (proposal.target >= n_images).any():
-        problems.append("Proposal.reference or .target holds an image index out of range")
-    if ((proposal.text_source < 0) | (proposal.text_source >= n)).any():
-        problems.append("Proposal.text_source holds a sample index out of range")
-    if not all(isinstance(t, str) for t in proposal.attempted):
-        problems.append("Proposal.attempted must hold noise type names (str)")
-    if proposal.texts is not None and (len(proposal.texts) != n or not all(isinstance(t, str) for t in proposal.texts)):
-        problems.append(f"Proposal.texts must hold one str per sample ({n})")
     return problems
 
 
@@ -106,21 +77,22 @@ def noise_problems(protocol: type[NoiseProtocol], dataset: CIRDataset) -> list[s
     context = NoiseContext(dataset, lambda: features)
     n = len(dataset.train)
     first = protocol().propose(dataset.train, 0.5, np.random.default_rng(0), context)
-    problems += _proposal_problems(first, n, len(dataset.image_ids))
+    problems += proposal_problems(first, n, len(dataset.image_ids))
     if problems:
         return problems
     second = protocol().propose(dataset.train, 0.5, np.random.default_rng(0), context)
     if any(not np.array_equal(getattr(first, f), getattr(second, f)) for f in ("reference", "text_source", "target", "attempted")):
         problems.append("two proposals from the same generator differ: propose must be deterministic in rng")
-    manifests = [inject_noise(dataset, protocol.name, rate, 0, lambda: features)[1] for rate in (0.0, 0.5, 0.5)]
+    try:
+        manifests = [inject_noise(dataset, protocol.name, rate, 0, lambda: features)[1] for rate in (0.0, 0.5, 0.5)]
+    except NoiseProtocolError as exc:  # a mislabelled sample: the rule's own words
+        return problems + exc.problems
     if manifests[0].is_noisy.any():
         problems.append(f"at rate 0 it makes {int(manifests[0].is_noisy.sum())} samples noisy")
     if not manifests[1].is_noisy.any():
         problems.append("at rate 0.5 it makes no sample noisy")
     if manifests[1].hash != manifests[2].hash:
         problems.append("two injections with one seed give different manifests")
-    if (manifests[1].noise_type[manifests[1].is_noisy] == "clean").any():
-        problems.append("a noisy sample's attempted type is 'clean': name the corruption in Proposal.attempted")
     return problems
 
 
@@ -198,3 +170,32 @@ def check_plugin_file(path: Path, cache_dir: Path) -> dict[str, list[str]]:
         except Exception as exc:  # a plugin that raises has that as its problem
             results[f"{kind} {name}"] = [f"raised {type(exc).__name__}: {exc}"]
     return results
+
+
+CHECKED = {
+    "method": "trained one epoch on tiny (random start) at 50% noise: finite losses, recalls in [0, 1], a per-sample view "
+              "if it partitions or scores noise",
+    "dataset": "loaded twice (deterministic, its key() the loaded key), at least 2 training and 1 validation triplets, str "
+               "texts, a gallery of in-range images per group holding every target, uint8 (H, W, 3) images",
+    "noise protocol": "one in-range value per sample, deterministic in rng, nothing noisy at rate 0 and something at 0.5, one "
+                      "manifest per seed, every changed sample typed (not 'clean')",
+    "backbone": "built twice from one seed alike, preprocess and image-token shapes, TextBatch, query and target widths, "
+                "str keys, sprc trained for an epoch",
+}
+"""What ``check-plugin`` checks of each kind, for the line under its verdict."""
+
+
+def checked_line(plugin: str, cache_dir: Path) -> str:
+    """The line under ``plugin``'s verdict (``"<kind> <name>"``, as :func:`check_plugin_file`
+    names it): what was checked, and for a backbone the optional capabilities it offers and
+    the built-in methods refused on it for lacking one."""
+    kind, name = plugin.rsplit(" ", 1)
+    line = f"checked: {CHECKED[kind]}"
+    if kind != "backbone":
+        return line
+    offered = capabilities(BACKBONES.get(name)(0, cache_dir, None))
+    methods = discover().methods
+    refused = [m for m in methods if set(methods.get(m).needs) - offered]
+    lacking = [c for c in OPTIONAL_CAPABILITIES if c not in offered]
+    return (f"{line}; optional capabilities: {', '.join(sorted(offered)) or 'none'}"
+            + (f" (lacks {', '.join(lacking)}: {', '.join(refused) or 'no method'} refused on it)" if lacking else ""))

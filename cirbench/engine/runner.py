@@ -19,6 +19,7 @@ from typing import Any, Callable
 from cirbench.data.registry import DATASETS
 from cirbench.engine.distributed import world_size
 from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec, backbone_label
+from cirbench.engine.grid_checks import check_grid
 from cirbench.engine.launch import Submission, parse_scheduler_options, submit_grid
 from cirbench.engine.parallel import default_jobs, run_in_processes
 from cirbench.engine.start import refuse_another_start
@@ -84,13 +85,16 @@ class Preflight:
     dropped_path: Path | None
 
 
-def preflight(grid: Grid) -> Preflight | None:
+def preflight(grid: Grid, announce: Callable[[str], None] = print) -> Preflight | None:
     """Before any cell runs: refuse a results folder holding runs from another start of the
-    backbone (:class:`~cirbench.engine.start.StartMismatchError`), and load a dataset read
-    from the user's files, so that one failing its check stops the run here
-    (DatasetProblemsError, ValueError or OSError); None for a generated dataset."""
+    backbone (:class:`~cirbench.engine.start.StartMismatchError`), then load the dataset and
+    apply the static checks of :mod:`cirbench.engine.grid_checks` (the dataset's rules, the
+    methods' needs of the backbone, every manifest of the grid), so that a failure stops
+    the run here (PluginCheckError, DatasetProblemsError, ValueError or OSError). What a
+    dataset read from the user's files dropped or warned of; None for a generated one."""
     spec = grid.spec
     refuse_another_start(grid.store, backbone_label(spec), spec.backbone, spec.seeds[0], spec.cache_dir, spec.weights)
+    check_grid(grid, announce)
     if not DATASETS.get(grid.spec.dataset).files:
         return None
     dataset = grid.dataset()

@@ -234,7 +234,7 @@ def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str],
                color=styles[method]["color"], hatch="//" if styles[method]["linestyle"] == "--" else None,
                edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
     ax.set_xticks(x, types)
-    ax.set_xlabel("noise type (what was swapped)")
+    ax.set_xlabel("noise type")
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -291,7 +291,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
         handles.append(Line2D([], [], color="0.3", linestyle="--", label="its flag rate (what a random partition catches)"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     return save_figure(fig, out, "detection_by_noise_type", "Detection by noise type",
-                 "Top: the share of each kind of noisy sample (reference image, caption or target image swapped) "
+                 f"Top: the share of each kind of noisy sample ({setting.noise_type_wording()}) "
                  "that a partitioning method did not keep as clean; a low bar is noise the method misses. The dashed "
                  "line in a method's colour is the share of all training samples it flagged: a random partition with "
                  "that flag rate catches that share of every type, so only bars above the line are real detection. "

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cirbench.data.noise import NOISE_PROTOCOLS
 from cirbench.results.chance import judge_below_chance
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW, TRIAL_LABEL
@@ -172,8 +173,15 @@ class Setting:
         epoch_text = "/".join(str(e) for e in epochs) or "?"
         return (
             f"{self.dataset}, {self.backbone} backbone, {self.noise_protocol} noise, "
-            f"{epoch_text} epochs, seeds {','.join(str(s) for s in seeds)}"
+            f"{epoch_text} epoch{'' if epochs == [1] else 's'}, seeds {','.join(str(s) for s in seeds)}"
         )
+
+    def noise_type_wording(self) -> str:
+        """This setting's noise types as its protocol describes them (``NoiseProtocol.noise_types``),
+        e.g. ``caption: caption swapped``; a type it does not describe (or a protocol not registered here) by name."""
+        protocol = NOISE_PROTOCOLS.get(self.noise_protocol) if self.noise_protocol in NOISE_PROTOCOLS else None
+        described = getattr(protocol, "noise_types", {})
+        return "; ".join(f"{t}: {described[t]}" if t in described else t for t in self.noise_types)
 
 
 @dataclass

@@ -30,6 +30,7 @@ class WordDrop(NoiseProtocol):
 
     name = "word_drop"
     description = "example plugin: each chosen triplet's text loses one word, a new text (docs/adding-a-noise-protocol.md)"
+    noise_types = {"paraphrase": "one word of the caption dropped"}
 
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         """The chosen samples get their own text less one word; attempted type ``paraphrase``."""
