@@ -59,6 +59,8 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
         _fail(str(exc))
     for problem in grid.discovery.problems:
         console.print(f"[yellow]warning:[/] {problem}")
+    for line in grid.skipped:
+        console.print(f"[dim]skipped: {escape(line)}[/]")
     preflight_grid(grid)
     return grid
 
