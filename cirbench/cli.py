@@ -30,6 +30,23 @@ from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_a
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: the installed distribution's version (its metadata), then exit."""
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"cirbench {version('cirbench')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, Opt("--version", callback=_print_version, is_eager=True,
+                                 help="Print cirbench's version and exit.")] = False,
+) -> None:
+    """Benchmark composed image retrieval under noisy triplets."""
+
+
 @app.command()
 def run(
     methods: Annotated[Optional[str], Opt("--methods", "-m", show_default=False, help="Comma-separated method names or "
