@@ -201,9 +201,21 @@ class Grid:
                 f"--set names {', '.join(sorted(unknown_scopes))}, which is not a selected method "
                 f"(selected: {', '.join(spec.methods)})"
             )
-        cells = []
         if len(set(spec.methods)) != len(spec.methods):
             raise GridError(f"a method is listed twice in {', '.join(spec.methods)}; label variants as name:label")
+        cells = self._build_cells()
+        if not cells:
+            raise GridError(f"nothing to train: {'; '.join(self.skipped)}. Add the method it is, or a noise rate above 0")
+        try:
+            self.store.check_writable()
+        except ResultsFolderError as exc:
+            raise GridError(str(exc)) from None
+        return cells
+
+    def _build_cells(self) -> list[Cell]:
+        """One cell per method x noise rate x seed, but for a method at a rate where it is
+        another's cell (:func:`same_cell_elsewhere`), recorded in :attr:`skipped`."""
+        spec, cells = self.spec, []
         for name in spec.methods:
             entry = self.discovery.methods.entry(base_method(name))
             try:
@@ -222,12 +234,6 @@ class Grid:
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))
-        if not cells:
-            raise GridError(f"nothing to train: {'; '.join(self.skipped)}. Add the method it is, or a noise rate above 0")
-        try:
-            self.store.check_writable()
-        except ResultsFolderError as exc:
-            raise GridError(str(exc)) from None
         return cells
 
     def pending(self) -> list[Cell]:
