@@ -172,10 +172,12 @@ def report(
     published: list[Path] = typer.Option(
         [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."
     ),
+    readme: Optional[Path] = typer.Option(None, "--readme", help="A Markdown file whose generated results block to "
+                                          "rewrite from this report, e.g. README.md."),
 ) -> None:
     """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
     FashionIQ and CIRR settings show the papers' published numbers beside the measured ones."""
-    if not write_report(results, output, published):
+    if not write_report(results, output, published, readme):
         raise typer.Exit(2)
 
 
