@@ -86,3 +86,9 @@ def test_cirbench_report_rewrites_the_block(tmp_path: Path) -> None:
     assert "| `sprc` | 0.400 |" in readme.read_text() and "results block rewritten" in " ".join(result.output.split())
     readme.write_text("no block\n")
     assert CliRunner().invoke(app, args).exit_code == 2
+
+
+def test_no_page_calls_itself_stale() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    stale = [p.name for p in pages if re.search(r"stale below", p.read_text(encoding="utf-8"), re.I)]
+    assert not stale, f"history belongs in docs/history.md, not below a 'stale' line: {stale}"
