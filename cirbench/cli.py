@@ -30,6 +30,23 @@ from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_a
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: the installed distribution's version (its metadata), then exit."""
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"cirbench {version('cirbench')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, Opt("--version", callback=_print_version, is_eager=True,
+                                 help="Print cirbench's version and exit.")] = False,
+) -> None:
+    """Benchmark composed image retrieval under noisy triplets."""
+
+
 @app.command()
 def run(
     methods: Annotated[Optional[str], Opt("--methods", "-m", show_default=False, help="Comma-separated method names or "
@@ -156,13 +173,15 @@ def report(
     published: list[Path] = typer.Option(
         [], "--published", help="A CSV of your own numbers to show beside the papers' (same layout as the shipped tables); repeatable."
     ),
+    readme: Optional[Path] = typer.Option(None, "--readme", help="A Markdown file whose generated results block to "
+                                          "rewrite from this report, e.g. README.md."),
     plugin: Plugins = [],
 ) -> None:
     """Build the report of a results directory: PNG figures, report.md and a self-contained index.html.
     FashionIQ and CIRR settings show the papers' published numbers beside the measured ones; a
     --plugin noise protocol's description of its noise types words the detection figure."""
     register_plugins(plugin)
-    if not write_report(results, output, published):
+    if not write_report(results, output, published, readme):
         raise typer.Exit(2)
 
 

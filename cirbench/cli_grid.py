@@ -59,6 +59,8 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
         _fail(str(exc))
     for problem in grid.discovery.problems:
         console.print(f"[yellow]warning:[/] {problem}")
+    for line in grid.skipped:
+        console.print(f"[dim]skipped: {escape(line)}[/]")
     preflight_grid(grid)
     return grid
 
@@ -200,16 +202,21 @@ def register_plugins(plugin: list[Path]) -> None:
         _fail("; ".join(errors))
 
 
-def write_report(results: Path, output: Path, published: list[Path] | None = None) -> bool:
-    """Build the report of ``results`` into ``output``; whether it was written (else the error is printed)."""
+def write_report(results: Path, output: Path, published: list[Path] | None = None, readme: Path | None = None) -> bool:
+    """Build the report of ``results`` into ``output`` and, with ``readme``, rewrite that
+    file's generated results block from it; whether both were written (else the error is printed)."""
     from cirbench.report import ReportError, build_report
     from cirbench.report.published import PublishedFileError
+    from cirbench.report.readme import ReadmeError, update_readme
     from cirbench.results.store import ResultsFolderError
 
     try:
         page = build_report(results, output, published or [])
-    except (ReportError, PublishedFileError, ResultsFolderError) as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(f"report written: {page} and {output / 'report.md'}")
+        if readme is not None:
+            changed = update_readme(readme, output)
+            console.print(f"{readme}: results block {'rewritten' if changed else 'unchanged'} from {output}")
+    except (ReportError, PublishedFileError, ResultsFolderError, ReadmeError, OSError) as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return False
-    console.print(f"report written: {page} and {output / 'report.md'}")
     return True

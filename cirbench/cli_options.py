@@ -16,13 +16,11 @@ from cirbench.config import ConfigError, parse_key_values
 
 console = Console()
 ABLATE_HELP = (
-    "Comma-separated methods whose standard ablation grid to run (Method.ablations), beside --methods. Each adds its full "
-    "row and a row <method>:<variant> per variant, with the variant's overrides as --set <method>:<variant>.<key>=<value> "
-    "(a --set of yours for that label wins). E.g. --ablate conesep is --methods conesep,conesep:no_gfq,conesep:no_nbl,"
-    "conesep:no_btu,conesep:no_rcl --set conesep:no_gfq.partition=false --set conesep:no_nbl.negative_prompt=false "
-    "--set conesep:no_nbl.query_loss=false --set conesep:no_nbl.target_loss=false --set conesep:no_btu.unlearning=false "
-    "--set conesep:no_rcl.rcl=false --noise 0.2; --ablate hug runs HUG's Table 3 ladder (hug:point_matching ... "
-    "hug:coordination, hug) at --noise 0."
+    "Comma-separated methods whose standard ablation grid (Method.ablations) to run beside --methods: the full "
+    "method and one row method:variant per variant, with the variant's overrides (a --set of yours for that label "
+    "wins), at the paper's ablation noise rates. E.g. --ablate conesep adds conesep:no_gfq, conesep:no_nbl, "
+    "conesep:no_btu and conesep:no_rcl at --noise 0.2; --ablate hug runs HUG's Table 3 ladder at --noise 0. The "
+    "rows and their overrides are printed before the run."
 )
 JOBS_HELP = "Cells at once, one process each (0: two on a CPU with two or more cores, else one; under torchrun one)."
 
@@ -33,7 +31,12 @@ DataRoot = Annotated[Optional[Path], Opt("--data-root", help="Root of a dataset'
 DatasetOptions = Annotated[list[str], Opt("--dataset-option", help="Dataset option key=value, e.g. categories=dress or "
                                           "reference=keep; repeatable.")]
 Backbone = Annotated[str, Opt("--backbone", "-b", help="Backbone name (see `cirbench list backbones`).")]
-Weights = Annotated[Optional[str], Opt("--weights", help="Backbone weights: a local directory or tag.")]
+WEIGHTS_HELP = (
+    "The backbone's start. tiny: cir (the default: pre-trained, shipped with the package), stage1, random or "
+    "pretrained; blip2: a local checkpoint directory or a cached hub id (default: Salesforce/blip2-itm-vit-g); "
+    "clip: ARCH:TAG (default: ViT-L-14:openai). docs/backbones.md"
+)
+Weights = Annotated[Optional[str], Opt("--weights", show_default=False, help=WEIGHTS_HELP)]
 NoiseProtocol = Annotated[str, Opt("--noise-protocol", help="Noise protocol (see `cirbench list noise`).")]
 Seeds = Annotated[str, Opt("--seeds", help="Comma-separated seeds (two or more to measure the spread).")]
 Epochs = Annotated[int, Opt("--epochs", help="Training epochs per cell.")]

@@ -66,7 +66,7 @@ def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = N
             met &= calibration_checks(grid, _joined(grid.spec.seeds) or "")
         outcomes += done
     if study.report is not None:
-        met &= write_report(study.output, study.report)
+        met &= write_report(study.output, study.report, readme=study.readme)
     return outcomes, met
 
 

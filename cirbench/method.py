@@ -52,8 +52,8 @@ def frozen_parameters(params: list[nn.Parameter]) -> Iterator[None]:
 class MethodConfig:
     """Optimiser settings every method has; a method's own ``Config`` subclasses this.
 
-    ``lr`` None means the backbone's default (1e-3 for ``tiny``, the papers' 1e-5 to 2e-5
-    for BLIP-2). The schedule is a one-cycle cosine with ``warmup`` as its rising share.
+    ``lr`` None means the backbone's ``default_lr`` (3e-4 for ``tiny``, 1e-4 for ``clip``'s
+    random composer, the papers' 1e-5 for BLIP-2). The schedule is a one-cycle cosine with ``warmup`` as its rising share.
     Out-of-range values raise ValueError when the config is built (before any work); a
     subclass with its own ``__post_init__`` calls ``super().__post_init__()``.
     """
@@ -169,6 +169,10 @@ class Method(nn.Module):
     scores_noise: ClassVar[bool] = False
     """True if the method gives per-sample noise scores without partitioning (HUG)."""
     oracle: ClassVar[bool] = False
+    same_at_no_noise: ClassVar[str] = ""
+    """The method this one is at 0% noise, if any (the perfect filter, with nothing to
+    filter, is ``sprc``): a grid does not train it at 0% and says so; the report reads that
+    method's cell there."""
     ablations: ClassVar[dict[str, dict[str, Any]]] = {}
     """The method's standard ablation grid: variant name -> ``Config`` overrides. ``cirbench
     run --ablate <name>`` runs the full method beside every variant, labelled ``<name>:<variant>``."""

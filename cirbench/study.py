@@ -7,6 +7,7 @@ grids in order, resumably (finished cells are skipped), then builds the report.
 [study]
 output = "results"          # the results folder every grid writes to
 report = "reports"          # where the report goes ("" for none)
+readme = "README.md"        # optional: a file whose generated results block the report rewrites
 
 [defaults]                  # options every grid takes unless it sets its own
 seeds = [0, 1, 2]
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STUDY_KEYS: dict[str, str] = {"output": "str", "report": "str", "cache_dir": "str", "jobs": "int", "description": "str"}
+STUDY_KEYS: dict[str, str] = {"output": "str", "report": "str", "readme": "str", "cache_dir": "str", "jobs": "int",
+                              "description": "str"}
 COMMON: dict[str, str] = {
     "seeds": "ints", "dataset": "str", "data_root": "str", "dataset_options": "table", "backbone": "str", "weights": "str",
     "noise_protocol": "str", "epochs": "int", "batch_size": "int", "holdout": "number", "plugins": "strs", "device": "str",
@@ -74,6 +76,7 @@ class Study:
     cache_dir: Path = Path("datasets")
     jobs: int = 0
     grids: list[StudyGrid] = field(default_factory=list)
+    readme: Path | None = None
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -141,4 +144,5 @@ def load_study(path: Path | str) -> Study:
     return Study(
         path, Path(head.get("output", "results")), Path(report) if report else None, Path(head.get("cache_dir", "datasets")),
         int(head.get("jobs", 0)), [_grid(path, i, entry, defaults) for i, entry in enumerate(entries)],
+        Path(head["readme"]) if head.get("readme") else None,
     )

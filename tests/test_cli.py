@@ -34,7 +34,8 @@ def test_end_to_end_run_writes_all_tables(tmp_path: Path, cache_dir: Path) -> No
     assert set(all_runs.status) == {"completed"} and (all_runs.backbone == "tiny[cir]").all()  # the default start, named
     assert sorted(all_runs[all_runs.is_reference].method) == ["text_blind", "text_only", "zero_shot"]
     runs = all_runs[~all_runs.is_reference]
-    assert len(runs) == 4
+    assert sorted(zip(runs.method, runs.noise_rate)) == [("oracle", 0.5), ("sprc", 0.0), ("sprc", 0.5)]  # oracle at 0% is sprc's
+    assert "skipped: oracle at 0% noise is sprc at 0%" in " ".join(result.output.split())
     assert runs.noise_manifest_hash.str.len().eq(16).all() and (runs.git_commit != "").all()
     assert runs.set_index("method").loc["oracle", "is_oracle"].all()
     assert (runs.method_version == "2").all() and runs.eval_protocol.str.contains("ref-excluded").all()

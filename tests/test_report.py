@@ -205,6 +205,26 @@ def test_a_variant_or_oracle_is_expected_only_at_its_own_rates(tmp_path: Path) -
     assert problems[["method", "noise_rate", "seed"]].values.tolist() == [["robust:ablated", 0.2, 1]]
 
 
+def test_a_perfect_filter_is_never_expected_at_no_noise(tmp_path: Path) -> None:
+    """An older folder's ``oracle`` at 0% on one seed (now ``sprc``'s cell, never trained) leaves no seed missing."""
+    store = ResultsStore(tmp_path)
+    R10[("oracle", 0.0)] = R10[("sprc", 0.0)] = 0.5
+    cells = [("sprc", 0.0, 0), ("sprc", 0.0, 1), ("sprc", 0.5, 0), ("sprc", 0.5, 1), ("oracle", 0.0, 0),
+             ("oracle", 0.5, 0), ("oracle", 0.5, 1)]
+    try:
+        for method, rate, seed in cells:
+            tables, n_noisy = _tables(method, rate, seed)
+            row = _run_row(method, "completed") | {"n_noisy": n_noisy}
+            store.write_run(CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed), row, tables)
+    finally:
+        del R10[("oracle", 0.0)], R10[("sprc", 0.0)]
+    assert load_results(tmp_path).problems.empty
+    store.write_run(CellKey("sprc-0.5-2", "sprc", "toy", "tiny", "thirds", 0.5, 2),
+                    _run_row("sprc", "completed") | {"n_noisy": 30}, _tables("sprc", 0.5, 2)[0])
+    missing = load_results(tmp_path).problems[["method", "noise_rate", "seed"]].values.tolist()
+    assert missing == [["oracle", 0.5, 2], ["sprc", 0.0, 2]]  # seed 2 of everything but the perfect filter at 0%
+
+
 def test_ablation_rows_get_their_own_table_and_stay_out_of_the_ranking(tmp_path: Path) -> None:
     write_results(tmp_path, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))
     store = ResultsStore(tmp_path)
@@ -370,7 +390,7 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
 
     class DoneGrid:
         def __init__(self, spec, discovery=None) -> None:
-            self.spec, self.store, self.cells = spec, ResultsStore(spec.output), []
+            self.spec, self.store, self.cells, self.skipped = spec, ResultsStore(spec.output), [], []
             self.discovery = type("D", (), {"problems": []})()
 
         def reference_cells(self) -> list:

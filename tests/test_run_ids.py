@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cirbench.backbones import tiny_release
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.grid import Grid, GridError, GridSpec
 
 
 def _ids(tmp_path: Path, **kw) -> dict[tuple[str, float | str, int], str]:
@@ -57,3 +59,25 @@ def test_the_ids_of_one_unchanged_setting_are_pinned(tmp_path: Path) -> None:
     ids = _ids(tmp_path, holdout=0.1, weights="stage1")
     assert {cell: ids[cell] for cell in PINNED} == PINNED
 
+
+
+def test_the_perfect_filter_at_no_noise_is_skipped_and_no_other_id_moves(tmp_path: Path) -> None:
+    """``oracle`` at 0% is ``sprc`` at 0%: not a cell of the grid; every other cell keeps the id it has alone."""
+    grid = Grid(GridSpec(methods=["sprc", "oracle"], noise_rates=[0.0, 0.5], seeds=[0, 1], output=tmp_path, cache_dir=tmp_path))
+    cells = {(c.key.method, c.key.noise_rate, c.key.seed): c.key.run_id for c in grid.cells}
+    assert sorted({(m, r) for m, r, _ in cells}) == [("oracle", 0.5), ("sprc", 0.0), ("sprc", 0.5)]
+    assert grid.skipped == ["oracle at 0% noise is sprc at 0% (a perfect filter with nothing to filter): not trained; "
+                            "the report reads sprc's cell"]
+    alone = {}
+    for method, rate in (("sprc", 0.0), ("sprc", 0.5), ("oracle", 0.5)):
+        one = Grid(GridSpec(methods=[method], noise_rates=[rate], seeds=[0, 1], output=tmp_path, cache_dir=tmp_path))
+        alone.update({(c.key.method, c.key.noise_rate, c.key.seed): c.key.run_id for c in one.cells})
+    assert cells == alone
+
+
+def test_the_perfect_filter_at_no_noise_trains_only_with_its_own_overrides(tmp_path: Path) -> None:
+    spec = dict(noise_rates=[0.0], output=tmp_path, cache_dir=tmp_path)
+    with pytest.raises(GridError, match="nothing to train: oracle at 0% noise is sprc at 0%"):
+        Grid(GridSpec(methods=["oracle"], **spec))
+    tuned = Grid(GridSpec(methods=["sprc", "oracle"], overrides={"oracle": {"lr": "0.001"}}, **spec))
+    assert [c.key.method for c in tuned.cells] == ["sprc", "oracle"] and not tuned.skipped

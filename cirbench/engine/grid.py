@@ -127,6 +127,14 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
     return f"{label.replace(':', '_')}-{spec.dataset}-{spec.backbone}-{spec.noise_protocol}-{rate:g}-s{seed}-{digest}"
 
 
+def same_cell_elsewhere(spec: GridSpec, label: str, method_cls: type[Method], rate: float) -> str:
+    """The method whose cell ``label``'s at ``rate`` is (``Method.same_at_no_noise``, at 0%
+    noise, when the two have the same ``--set`` overrides), else ""."""
+    twin = method_cls.same_at_no_noise
+    same = rate == 0.0 and twin and spec.overrides.get(label, {}) == spec.overrides.get(twin, {})
+    return twin if same else ""
+
+
 def check_lists(spec: GridSpec) -> None:
     """Refuse an empty or repeated ``--noise`` or ``--seeds`` list, and a negative seed."""
     for option, values, example in (("--noise", spec.noise_rates, "0,0.5,0.8"), ("--seeds", spec.seeds, "0,1,2")):
@@ -151,6 +159,8 @@ class Grid:
         self._dataset: CIRDataset | None = None
         self._tokens: dict[str, np.ndarray] = {}
         self.dropped_path: Path | None = None
+        self.skipped: list[str] = []
+        """Why a cell of the spec is not trained (:func:`same_cell_elsewhere`), one line each."""
         self.cells = self._validate()
 
     def _validate(self) -> list[Cell]:
@@ -191,9 +201,21 @@ class Grid:
                 f"--set names {', '.join(sorted(unknown_scopes))}, which is not a selected method "
                 f"(selected: {', '.join(spec.methods)})"
             )
-        cells = []
         if len(set(spec.methods)) != len(spec.methods):
             raise GridError(f"a method is listed twice in {', '.join(spec.methods)}; label variants as name:label")
+        cells = self._build_cells()
+        if not cells:
+            raise GridError(f"nothing to train: {'; '.join(self.skipped)}. Add the method it is, or a noise rate above 0")
+        try:
+            self.store.check_writable()
+        except ResultsFolderError as exc:
+            raise GridError(str(exc)) from None
+        return cells
+
+    def _build_cells(self) -> list[Cell]:
+        """One cell per method x noise rate x seed, but for a method at a rate where it is
+        another's cell (:func:`same_cell_elsewhere`), recorded in :attr:`skipped`."""
+        spec, cells = self.spec, []
         for name in spec.methods:
             entry = self.discovery.methods.entry(base_method(name))
             try:
@@ -201,16 +223,17 @@ class Grid:
             except ValueError as exc:
                 raise GridError(str(exc)) from None
             for rate in spec.noise_rates:
+                twin = same_cell_elsewhere(spec, name, entry.obj, rate)
+                if twin:
+                    self.skipped.append(f"{name} at 0% noise is {twin} at 0% (a perfect filter with nothing to filter): "
+                                        f"not trained; the report reads {twin}'s cell")
+                    continue
                 for seed in spec.seeds:
                     key = CellKey(
                         run_id_for(spec, name, entry.obj, config, rate, seed), name, dataset_label(spec), backbone_label(spec),
                         spec.noise_protocol, float(rate), int(seed),
                     )
                     cells.append(Cell(key, entry.obj, config, entry.source))
-        try:
-            self.store.check_writable()
-        except ResultsFolderError as exc:
-            raise GridError(str(exc)) from None
         return cells
 
     def pending(self) -> list[Cell]:

@@ -204,7 +204,8 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     combinations of method x rate x seed of a setting that were never run at all. A method
     is expected at every noise rate of its setting; an ablation variant (``name:variant``)
     or a perfect filter only at the rates it was run at (an ablation grid runs at the
-    paper's ablation rate, ``calibrate`` runs ``oracle`` at 50% and 80%), at every seed."""
+    paper's ablation rate, ``calibrate`` runs ``oracle`` at 50% and 80%), at every seed; a
+    perfect filter never at 0% (there it is ``sprc``, ``Method.same_at_no_noise``)."""
     columns = CELL_COLUMNS + ["status", "error", "run_id"]
     rows = []
     done = set(map(tuple, kept[CELL_COLUMNS].itertuples(index=False)))
@@ -218,7 +219,8 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
         rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": row.status, "error": _last_line(row.error), "run_id": row.run_id})
     for setting, group in runs.groupby(SETTING_COLUMNS):
         all_rates, seeds = sorted(group.noise_rate.unique()), sorted(group.seed.unique())
-        own_rates_only = set(group.method[group.is_oracle.fillna(False).astype(bool) | group.method.str.contains(":")])
+        oracles = set(group.method[group.is_oracle.fillna(False).astype(bool)])
+        own_rates_only = oracles | set(group.method[group.method.str.contains(":")])
         trials = group[group.method.str.fullmatch(TRIAL_LABEL.pattern)]
         sweep_seeds = trials.groupby(trials.method.str.extract(TRIAL_LABEL)["method"]).seed.unique()
         expected = [  # a sweep's trials at the seeds its method's trials were run at (a sweep may run fewer)
@@ -226,6 +228,7 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
             for method, rows in group.groupby("method")
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
             for seed in (sorted(sweep_seeds[TRIAL_LABEL.fullmatch(method)["method"]]) if TRIAL_LABEL.fullmatch(method) else seeds)
+            if not (method in oracles and rate == 0.0)
         ]
         for method, rate, seed in expected:
             cell = (*setting, method, rate, seed)
