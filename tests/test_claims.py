@@ -39,11 +39,12 @@ def _run_row(n_noisy: int) -> dict:
     return row | {"status": "completed", "n_train": N_TRAIN, "n_noisy": n_noisy, "epochs": 1, "finished": "2024-01-01T00:00:00"}
 
 
-def _cell(method: str, rate: float, seed: int) -> tuple[dict[str, pd.DataFrame], int]:
+def _cell(method: str, rate: float, seed: int,
+          hits: dict[str, dict[float, float]] = HITS) -> tuple[dict[str, pd.DataFrame], int]:
     rng = np.random.default_rng([seed, int(rate * 10), sum(map(ord, method))])
     jitter = 0.01 * ((seed + len(method)) % 3 - 1)  # seeds differ a little, and differently per method
     hit = np.zeros(N_QUERIES, dtype=bool)
-    hit[rng.permutation(N_QUERIES)[: round((HITS[method][rate] + jitter) * N_QUERIES)]] = True
+    hit[rng.permutation(N_QUERIES)[: round((hits[method][rate] + jitter) * N_QUERIES)]] = True
     ranks = pd.DataFrame({"epoch": 0, "query": np.arange(N_QUERIES), "group": "all", "rank": np.where(hit, 0, 30),
                           "subset_rank": -1})
     metrics = pd.DataFrame([{"epoch": 0, "split": "val", "group": "all", "metric": "recall@10", "value": hit.mean(),
@@ -77,12 +78,14 @@ def _cell(method: str, rate: float, seed: int) -> tuple[dict[str, pd.DataFrame],
     return tables, n_noisy
 
 
-def write_claims_results(root: Path, cells: list[tuple[str, float, int]]) -> None:
-    """The constructed results of ``cells`` (method, rate, seed) in one setting."""
+def write_claims_results(root: Path, cells: list[tuple[str, float, int]], hits: dict[str, dict[float, float]] = HITS,
+                         dataset: str = "toy") -> None:
+    """The constructed results of ``cells`` (method, rate, seed) in one setting (R@10 hit
+    probabilities ``hits``, labelled ``dataset``)."""
     store = ResultsStore(root)
     for method, rate, seed in cells:
-        tables, n_noisy = _cell(method, rate, seed)
-        key = CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed)
+        tables, n_noisy = _cell(method, rate, seed, hits)
+        key = CellKey(f"{method}-{rate}-{seed}", method, dataset, "tiny", "thirds", rate, seed)
         store.write_run(key, _run_row(n_noisy), tables)
 
 
