@@ -169,9 +169,14 @@ class Method(nn.Module):
     scores_noise: ClassVar[bool] = False
     """True if the method gives per-sample noise scores without partitioning (HUG)."""
     oracle: ClassVar[bool] = False
+    role: ClassVar[str] = ""
+    """The part the method plays in the report, if any (a name of
+    :data:`cirbench.results.roles.ROLES`: ``baseline``, ``perfect_filter``), recorded in each
+    run so that the report finds it by role, never by name. Declared by the class itself,
+    never inherited (:func:`method_role`): a method built on the baseline is not the baseline."""
     same_at_no_noise: ClassVar[str] = ""
     """The method this one is at 0% noise, if any (the perfect filter, with nothing to
-    filter, is ``sprc``): a grid does not train it at 0% and says so; the report reads that
+    filter, is the baseline): a grid does not train it at 0% and says so; the report reads that
     method's cell there."""
     ablations: ClassVar[dict[str, dict[str, Any]]] = {}
     """The method's standard ablation grid: variant name -> ``Config`` overrides. ``cirbench
@@ -211,3 +216,8 @@ class Method(nn.Module):
     def similarity(self, queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Query-by-gallery scores, higher is better (default: max over target tokens)."""
         return max_token_similarity(queries, targets)
+
+
+def method_role(cls: type[Method]) -> str:
+    """The role ``cls`` itself declares (``""`` for none): a subclass does not inherit its base's."""
+    return str(vars(cls).get("role", ""))

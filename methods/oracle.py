@@ -27,6 +27,7 @@ class Oracle(SPRC):
     partitions = True
     scores_noise = False
     oracle = True
+    role = "perfect_filter"  # the report's room to win and calibration read it (cirbench.results.roles)
     same_at_no_noise = "sprc"  # with no noisy triplet every row is clean: the cell is sprc's
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:

@@ -54,6 +54,7 @@ class SPRC(Method):
     version = "2"
     paper = "Bai et al., Sentence-level Prompts Benefit Composed Image Retrieval, ICLR 2024"
     Config = SPRCConfig
+    role = "baseline"  # the report compares every robust method with it (cirbench.results.roles)
     scores_noise = True  # its per-sample loss: the small-loss premise, measured (see the module docstring)
 
     def __init__(self, backbone, config: SPRCConfig, context) -> None:

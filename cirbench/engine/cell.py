@@ -33,7 +33,7 @@ from cirbench.engine.distributed import broadcast_object, is_main_process, world
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.start import check_start
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
-from cirbench.method import Method, MethodConfig
+from cirbench.method import Method, MethodConfig, method_role
 from cirbench.provenance import git_commit, package_versions
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.collapse import collapse_reason, final_recall
@@ -134,7 +134,7 @@ def base_row(spec: Any, cell: Cell, started: dt.datetime) -> dict:
     return {
         "status": "failed", "error": "", "config": json.dumps(config_to_dict(cell.config), sort_keys=True),
         "method_version": cell.method_cls.version, "method_source": cell.source,
-        "is_oracle": bool(cell.method_cls.oracle), "is_reference": False, "partitions": bool(cell.method_cls.partitions),
+        "is_oracle": bool(cell.method_cls.oracle), "is_reference": False, "role": method_role(cell.method_cls), "partitions": bool(cell.method_cls.partitions),
         "package_version": cirbench.__version__, "git_commit": git_commit(),
         "package_versions": package_versions(), "torch_version": torch.__version__,
         "device": f"{spec.device} ({platform.processor() or platform.machine()})"

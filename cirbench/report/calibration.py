@@ -3,10 +3,10 @@
 Every robust-CIR paper fine-tunes a pre-trained model whose composed queries already rank
 targets above chance, on data where the text decides the target and noise costs the
 ordinary baseline recall that a perfect filter would keep. A setting that lacks one of
-these cannot test the papers' claims. The checks below involve only the ordinary baseline
-(``sprc``), the perfect filter (``oracle``) and the reference rows, never a method under
-study, so a setting is never tuned to a method. ``docs/benchmark.md`` gives each target's
-source.
+these cannot test the papers' claims. The checks below involve only the ordinary baseline,
+the perfect filter (both found by role: :mod:`cirbench.results.roles`) and the reference rows
+(:mod:`cirbench.results.labels`), never a method under study, so a setting is never tuned to
+a method. ``docs/benchmark.md`` gives each target's source.
 """
 
 from __future__ import annotations
@@ -20,18 +20,20 @@ import pandas as pd
 
 from cirbench.defaults import CALIBRATION_RATES
 from cirbench.report.load import Setting, final_epoch, load_results
-from cirbench.report.room import paper_range, paper_shares, room_line, room_to_win
+from cirbench.report.room import PUBLISHED, paper_range, paper_shares, room_line, room_to_win
 from cirbench.results.headline import headline_rows
+from cirbench.results.labels import TEXT_BLIND_ROW, ZERO_SHOT_ROW
+from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 PREMISE_RATE, PREMISE_EPOCH = 0.5, 1
 FINE_TUNE_RATIO = (0.2, 0.85)
-"""The ``zero_shot`` / ``sprc`` R@10 ratio at 0%: above chance (the premise), and at most
-zero-shot CIR's share of SPRC on CIRR (0.73 for Pic2Word to 0.84-0.88 for CIReVL, LinCIR,
+"""The ``zero_shot`` / baseline R@10 ratio at 0%: above chance (the premise), and at most
+zero-shot CIR's share of the baseline on CIRR (0.73 for Pic2Word to 0.84-0.88 for CIReVL, LinCIR,
 CoVR and CASE; docs/benchmark.md)."""
 FINE_TUNE_R1_HIGH = 0.75
-"""The most ``zero_shot`` / ``sprc`` R@1 ratio at 0% (the same methods on CIRR: 0.68-0.74)."""
+"""The most ``zero_shot`` / baseline R@1 ratio at 0% (the same methods on CIRR: 0.68-0.74)."""
 GENTLE_DROP = 0.01
-"""The most ``sprc``'s clean-data recall may lose from one epoch to the next (one point)."""
+"""The most the baseline's clean-data recall may lose from one epoch to the next (one point)."""
 GENTLE_RESOLUTION = 2.0
 """How many standard errors of the start's recall (binomial, over the validation queries)
 the perfect filter may end an epoch below the start and still count as not worse: a warm-up
@@ -40,14 +42,15 @@ above or below it by chance, and a gentler rate does not change that (docs/bench
 a fine-tune that wrecks its start falls many standard errors (11 on the 4-epoch lr 1e-3
 default). Without per-query ranks of the start the tolerance is 0."""
 ROOM_SHARE = {0.5: 0.85, 0.8: 0.75}
-"""The least mean share of ``sprc``'s loss the perfect filter must win back at each rate:
-about what ConeSep wins back on FashionIQ (0.89 at 50%, 0.74 at 80%; Table 1)."""
-ROOM_FLOOR_METHOD = "TME"
-"""No seed's share may fall below what this method wins back on FashionIQ at the rate: a
-filter whose kept set is about half noise at 80% (ConeSep Fig. 6) still wins that back."""
+"""The least mean share of the baseline's loss the perfect filter must win back at each rate:
+about what the best robust method wins back on FashionIQ (0.89 at 50%, 0.74 at 80%; ConeSep Table 1)."""
+ROOM_FLOOR_METHOD = PUBLISHED.floor
+"""No seed's share may fall below what this published row (the shipped claims file's
+``[published] floor``) wins back on FashionIQ at the rate: a filter whose kept set is about
+half noise at 80% (ConeSep Fig. 6) still wins that back."""
 ROOM_GAP = 0.12
-"""The least mean gap ``oracle - sprc`` at 80% noise: the papers' robust methods gain 0.13 to
-0.16 over SPRC on FashionIQ (a share alone can be met by lowering ``sprc`` at 0%)."""
+"""The least mean gap perfect filter - baseline at 80% noise: the papers' robust methods gain
+0.13 to 0.16 over the baseline on FashionIQ (a share alone can be met by lowering the baseline at 0%)."""
 
 
 @dataclass(frozen=True)
@@ -105,25 +108,27 @@ def _curves(setting: Setting, method: str, rate: float, metric: str) -> dict[int
 def _gentle(setting: Setting, metric: str) -> Check:
     """The fine-tune does not first wreck its start: after every epoch the perfect filter at
     50% and 80% noise is at or above the start's recall less :data:`GENTLE_RESOLUTION`
-    standard errors of it, and ``sprc`` on clean data never loses more than
+    standard errors of it, and the baseline on clean data never loses more than
     :data:`GENTLE_DROP` from one epoch to the next. The value is the worse of the two slacks
-    (the filter's lowest epoch minus that floor; the allowed drop minus ``sprc``'s largest),
-    so it passes at >= 0."""
-    start = _reference(setting, "zero_shot", metric)
+    (the filter's lowest epoch minus that floor; the allowed drop minus the baseline's
+    largest), so it passes at >= 0."""
+    base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
+    start = _reference(setting, ZERO_SHOT_ROW, metric)
     n_queries = _start_queries(setting)
     error = math.sqrt(start * (1 - start) / n_queries) if n_queries and math.isfinite(start) else 0.0
     floor = start - GENTLE_RESOLUTION * error
-    lows = {rate: min((float(c.min()) for c in _curves(setting, "oracle", rate, metric).values()), default=float("nan"))
+    lows = {rate: min((float(c.min()) for c in _curves(setting, perfect, rate, metric).values()), default=float("nan"))
             for rate in CALIBRATION_RATES[1:]}
-    drops = [float(-c.diff().min()) for c in _curves(setting, "sprc", 0.0, metric).values() if len(c) > 1]
+    drops = [float(-c.diff().min()) for c in _curves(setting, base, 0.0, metric).values() if len(c) > 1]
     drop = max(drops) if drops else float("nan")
     slack = min([low - floor for low in lows.values()] + [GENTLE_DROP - drop])
     label = metric.replace("recall@", "R@")
-    detail = ", ".join(f"oracle at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
+    detail = ", ".join(f"{perfect} at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
     detail += (f" (floor {floor:.3f}: {GENTLE_RESOLUTION:g} x SE {error:.4f} over {n_queries} queries)" if n_queries
                else " (no per-query ranks of the start: floor = start)")
-    detail += f"; sprc at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
-    figure = f"worst slack: oracle epoch {label} - (zero_shot - {GENTLE_RESOLUTION:g} SE), {GENTLE_DROP:g} - sprc 0% drop"
+    detail += f"; {base} at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
+    figure = (f"worst slack: {perfect} epoch {label} - ({ZERO_SHOT_ROW} - {GENTLE_RESOLUTION:g} SE), "
+              f"{GENTLE_DROP:g} - {base} 0% drop")
     return _check("gentle", figure, slack, 0.0, None, detail,
                   measurable=bool(drops) and all(map(math.isfinite, lows.values())))
 
@@ -153,7 +158,7 @@ def _reference(setting: Setting, name: str, metric: str) -> float:
 def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
     """Mean over seeds of the baseline's per-sample loss AUROC at 50% noise after the first
     epoch (the last epoch if the run had only one), overall and per noise type."""
-    runs = setting.runs[(setting.runs.method == "sprc") & np.isclose(setting.runs.noise_rate, PREMISE_RATE)]
+    runs = setting.runs[(setting.runs.method == setting.role(BASELINE)) & np.isclose(setting.runs.noise_rate, PREMISE_RATE)]
     purity = setting.purity[setting.purity.run_id.isin(set(runs.run_id))]
     if purity.empty:
         return float("nan"), {}
@@ -164,73 +169,78 @@ def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
 
 def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Check]:
     """The calibration figures of one setting's results, each beside its target."""
-    sprc = {rate: _per_seed(setting, "sprc", rate, metric) for rate in CALIBRATION_RATES}
-    oracle = {rate: _per_seed(setting, "oracle", rate, metric) for rate in CALIBRATION_RATES[1:]}
-    clean = float(sprc[0.0].mean()) if len(sprc[0.0]) else float("nan")
+    base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
+    baseline = {rate: _per_seed(setting, base, rate, metric) for rate in CALIBRATION_RATES}
+    filtered = {rate: _per_seed(setting, perfect, rate, metric) for rate in CALIBRATION_RATES[1:]}
+    clean = float(baseline[0.0].mean()) if len(baseline[0.0]) else float("nan")
     label = metric.replace("recall@", "R@")
     checks = [
-        _fine_tuning_matters(setting, sprc[0.0], metric),
-        _check("text matters (ranking)", f"text_blind {label} / sprc {label} at 0%",
-               _reference(setting, "text_blind", metric) / clean, None, 0.5),
+        _fine_tuning_matters(setting, baseline[0.0], metric),
+        _check("text matters (ranking)", f"{TEXT_BLIND_ROW} {label} / {base} {label} at 0%",
+               _reference(setting, TEXT_BLIND_ROW, metric) / clean, None, 0.5),
     ]
-    subset = _per_seed(setting, "sprc", 0.0, "recall_subset@1")
-    checks.append(_check("text matters (subset)", "sprc R_subset@1 at 0%", float(subset.mean()) if len(subset) else float("nan"),
+    subset = _per_seed(setting, base, 0.0, "recall_subset@1")
+    checks.append(_check("text matters (subset)", f"{base} R_subset@1 at 0%", float(subset.mean()) if len(subset) else float("nan"),
                          0.5, None, "" if len(subset) else "the dataset has no subsets"))
-    checks.append(_check("noise hurts, not to chance", f"sprc {label} at 80% / at 0%", float(sprc[0.8].mean()) / clean, 0.4, 0.8))
-    spreads = {rate: float(v.std(ddof=1)) for rate, v in sprc.items() if len(v) >= 2}
+    checks.append(_check("noise hurts, not to chance", f"{base} {label} at 80% / at 0%", float(baseline[0.8].mean()) / clean,
+                         0.4, 0.8))
+    spreads = {rate: float(v.std(ddof=1)) for rate, v in baseline.items() if len(v) >= 2}
     worst = max(spreads.values()) if spreads else float("nan")
-    checks.append(_check("stable over seeds", f"largest seed std of sprc {label}", worst, None, 0.03,
+    checks.append(_check("stable over seeds", f"largest seed std of {base} {label}", worst, None, 0.03,
                          ", ".join(f"{r:g}: {s:.3f}" for r, s in spreads.items()) or "needs two or more seeds",
                          measurable=bool(spreads)))
     for rate, low in ((0.5, 0.0), (0.8, 0.05)):
-        gap = (oracle[rate] - sprc[rate]).dropna()
-        checks.append(_check(f"something to win at {rate:.0%}", f"oracle - sprc {label} at {rate:.0%}, worst seed",
+        gap = (filtered[rate] - baseline[rate]).dropna()
+        checks.append(_check(f"something to win at {rate:.0%}", f"{perfect} - {base} {label} at {rate:.0%}, worst seed",
                              float(gap.min()) if len(gap) else float("nan"), low, None,
                              "per seed: " + ", ".join(f"{g:+.3f}" for g in gap) if len(gap) else "not run", strict=low == 0.0))
     auroc, per_type = _premise(setting)
-    checks.append(_check("small-loss premise", f"sprc per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
+    checks.append(_check("small-loss premise", f"{base} per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
                          auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
     checks.append(_gentle(setting, metric))
-    room = _room(sprc, oracle, label)
-    checks.append(replace(room, detail=f"{_gains(setting, sprc, oracle, metric)}; {room.detail}"))
+    room = _room(setting, baseline, filtered, label)
+    checks.append(replace(room, detail=f"{_gains(setting, baseline, filtered, metric)}; {room.detail}"))
     return checks
 
 
 def _fine_tuning_matters(setting: Setting, clean: pd.Series, metric: str) -> Check:
     """The start ranks above chance and the fine-tune still has something to learn: the
-    ``zero_shot`` / ``sprc`` ratio at 0% within :data:`FINE_TUNE_RATIO` on ``metric`` and at
+    ``zero_shot`` / baseline ratio at 0% within :data:`FINE_TUNE_RATIO` on ``metric`` and at
     most :data:`FINE_TUNE_R1_HIGH` on R@1 (zero-shot CIR against SPRC on CIRR). The value is
     the ``metric`` ratio."""
     label = metric.replace("recall@", "R@")
-    ratio = _reference(setting, "zero_shot", metric) / float(clean.mean()) if len(clean) else float("nan")
-    r1_clean = _per_seed(setting, "sprc", 0.0, "recall@1")
-    r1 = _reference(setting, "zero_shot", "recall@1") / float(r1_clean.mean()) if len(r1_clean) else float("nan")
+    base = setting.role(BASELINE)
+    ratio = _reference(setting, ZERO_SHOT_ROW, metric) / float(clean.mean()) if len(clean) else float("nan")
+    r1_clean = _per_seed(setting, base, 0.0, "recall@1")
+    r1 = _reference(setting, ZERO_SHOT_ROW, "recall@1") / float(r1_clean.mean()) if len(r1_clean) else float("nan")
     low, high = FINE_TUNE_RATIO
-    check = _check("fine-tuning matters", f"zero_shot {label} / sprc {label} at 0% (and R@1)", ratio, low, high,
+    check = _check("fine-tuning matters", f"{ZERO_SHOT_ROW} {label} / {base} {label} at 0% (and R@1)", ratio, low, high,
                    f"R@1 ratio {r1:.3f} (<= {FINE_TUNE_R1_HIGH:g})")
     if check.passed and math.isfinite(r1):
         check = replace(check, passed=r1 <= FINE_TUNE_R1_HIGH + 1e-12)
     return check
 
 
-def _gains(setting: Setting, sprc: dict[float, pd.Series], oracle: dict[float, pd.Series], metric: str) -> str:
-    """The share of the fine-tune's gain that the clean part of the data gives: (``oracle``
-    at 50% or 80% - ``zero_shot``) / (``sprc`` at 0% - ``zero_shot``), means over seeds."""
-    start = _reference(setting, "zero_shot", metric)
-    clean = float(sprc[0.0].mean()) if len(sprc[0.0]) else float("nan")
+def _gains(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[float, pd.Series], metric: str) -> str:
+    """The share of the fine-tune's gain that the clean part of the data gives: (the perfect
+    filter at 50% or 80% - ``zero_shot``) / (the baseline at 0% - ``zero_shot``), means over seeds."""
+    start = _reference(setting, ZERO_SHOT_ROW, metric)
+    clean = float(baseline[0.0].mean()) if len(baseline[0.0]) else float("nan")
     parts = []
     for rate, share in ((0.8, "a fifth"), (0.5, "a half")):
-        kept = float(oracle[rate].mean()) if len(oracle.get(rate, ())) else float("nan")
+        kept = float(filtered[rate].mean()) if len(filtered.get(rate, ())) else float("nan")
         parts.append(f"gain at {share} {(kept - start) / (clean - start):.2f}")
     return ", ".join(parts)
 
 
-def _room(sprc: dict[float, pd.Series], oracle: dict[float, pd.Series], label: str) -> Check:
+def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[float, pd.Series], label: str) -> Check:
     """*Room to win*: at 50% and 80% noise the perfect filter wins back, on average over
-    seeds, at least :data:`ROOM_SHARE` of ``sprc``'s loss and on no seed less than TME does
-    on FashionIQ, and at 80% its mean gap over ``sprc`` is at least :data:`ROOM_GAP`. The
-    value is the mean share at 80%; the detail has every figure per seed beside the papers'."""
-    per_seed = {"sprc": sprc, "oracle": oracle}
+    seeds, at least :data:`ROOM_SHARE` of the baseline's loss and on no seed less than
+    :data:`ROOM_FLOOR_METHOD` does on FashionIQ, and at 80% its mean gap over the baseline is
+    at least :data:`ROOM_GAP`. The value is the mean share at 80%; the detail has every figure
+    per seed beside the papers'."""
+    base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
+    per_seed = {base: baseline, perfect: filtered}
     floors = {s.rate: s.share for s in paper_shares() if s.dataset == "fashioniq" and s.method == ROOM_FLOOR_METHOD}
     rooms = {rate: room_to_win(per_seed, rate) for rate in ROOM_SHARE}
     parts, ok = [], True
@@ -246,24 +256,24 @@ def _room(sprc: dict[float, pd.Series], oracle: dict[float, pd.Series], label: s
         parts.append(f"{rate:.0%}: share per seed {', '.join(f'{v:.2f}' for v in room.shares.values())} "
                      f"(mean {room.share:.2f}, target >= {ROOM_SHARE[rate]:g}, each >= {floor:.2f}), "
                      f"gap {room.gap:+.3f}{f' (>= {ROOM_GAP:g})' if rate == 0.8 else ''}, "
-                     f"oracle / sprc at 0% {room.learning_curve:.2f}; papers: {paper_range(rate)}")
+                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate)}")
     measurable = all(room is not None for room in rooms.values())
     value = rooms[0.8].share if rooms[0.8] is not None else float("nan")
-    return Check("room to win", f"share of sprc's {label} loss the oracle wins back at 80% (and 50%, gap)", value,
+    return Check("room to win", f"share of {base}'s {label} loss the {perfect} wins back at 80% (and 50%, gap)", value,
                  ROOM_SHARE[0.8], None, ok if measurable else None, "; ".join(parts))
 
 
 def room_lines(setting: Setting, metric: str = "recall@10") -> list[str]:
-    """One line per noise rate at which ``sprc`` (with its 0% cell) and ``oracle`` both ran:
-    the share of ``sprc``'s loss the perfect filter wins back, its gap, and the papers' range
-    (final epoch; the cap on what a method that only removes noise can win here)."""
-    runs = setting.runs
-    rates = sorted(set(runs.loc[runs.method == "oracle", "noise_rate"].astype(float))
-                   & set(runs.loc[runs.method == "sprc", "noise_rate"].astype(float)) - {0.0})
-    per_seed = {m: {r: _per_seed(setting, m, r, metric) for r in [0.0, *rates]} for m in ("sprc", "oracle")}
+    """One line per noise rate at which the baseline (with its 0% cell) and the perfect filter
+    both ran: the share of the baseline's loss the perfect filter wins back, its gap, and the
+    papers' range (final epoch; the cap on what a method that only removes noise can win here)."""
+    runs, base, perfect = setting.runs, setting.role(BASELINE), setting.role(PERFECT_FILTER)
+    rates = sorted(set(runs.loc[runs.method == perfect, "noise_rate"].astype(float))
+                   & set(runs.loc[runs.method == base, "noise_rate"].astype(float)) - {0.0})
+    per_seed = {m: {r: _per_seed(setting, m, r, metric) for r in [0.0, *rates]} for m in (base, perfect)}
     rooms = [room_to_win(per_seed, rate) for rate in rates]
     label = metric.replace("recall@", "R@")
-    return [room_line(room, label) for room in rooms if room is not None]
+    return [room_line(room, label, base) for room in rooms if room is not None]
 
 
 def run_calibration_checks(results: Path, dataset: str, backbone: str, noise_protocol: str) -> list[Check]:

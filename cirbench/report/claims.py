@@ -1,6 +1,7 @@
-"""The report's "Do the papers' claims hold here?": each claim of the ConeSep and HUG papers
-(including ConeSep's numbers for HABIT and INTENT) checked on a setting's results with the paired comparisons of
-:mod:`cirbench.report.significance`.
+"""The report's "Do the papers' claims hold here?": each claim of the claims files
+(:mod:`cirbench.report.claim_files`: the shipped papers', and a study's or a plugin's own)
+checked on a setting's results with the paired comparisons of :mod:`cirbench.report.significance`.
+The methods a claim reads are named in its file, never here; the baseline is found by role.
 
 A claim is one or more checks; each check is a comparison (or, for the kept set against
 chance, a hypergeometric test per seed) with its own verdict, and the claim's verdict
@@ -25,29 +26,17 @@ import numpy as np
 import pandas as pd
 
 from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
+from cirbench.report.claim_files import ALL, METRICS, NOISY, CheckSpec, ClaimSpec, all_claims
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
-    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
+    INCONCLUSIVE, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
     kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.report.selection import describe_rule, rule_view
-from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
+from cirbench.report.tables import headline_column, rate_label, run_columns
+from cirbench.results.roles import ROLES
 from cirbench.results.selection import DEFAULT_RULE, RULES
 from cirbench.results.store import MAIN_SCORE
-
-ROBUST = ("tme", "conesep")
-CONESEP_MODULES: dict[str, str] = {"no_gfq": "GFQ", "no_nbl": "NBL", "no_btu": "BTU", "no_rcl": "RCL"}
-"""ConeSep's standard ablation variants (``ConeSep.ablations``) and the module each removes."""
-HUG_LADDER: tuple[str, ...] = (
-    "hug:point_matching", "hug:probabilistic", "hug:component", "hug:instance", "hug:modality",
-    "hug:cross_modal", "hug:coordination", "hug",
-)
-"""HUG's Table 3 rows in order (``TABLE3_ROWS`` in ``methods/hug.py``; the last is the full model)."""
-CONESEP_TABLE_ROBUST = ("habit", "intent")
-"""The robust methods of ConeSep's Tables 1-2 that are checked against its numbers only
-(their own papers were not read; see ``docs/habit.md``, ``docs/intent.md``)."""
-OVERALL_UNCERTAINTY = "overall_uncertainty"
-CAPTION = "caption"
 
 VERDICT_RULE = (
     "Verdict rule: a difference holds when both its 95% t interval over seeds (paired by seed) and its 95% paired "
@@ -67,7 +56,7 @@ class Check:
     verdict: str
     numbers: str
     collapsed: tuple[str, ...] = ()
-    """The cells read by the check that collapsed, e.g. ``hug at 50% (seed 0)``."""
+    """The cells read by the check that collapsed, e.g. ``m at 50% (seed 0)``."""
     comparison: Comparison | None = None
     """The paired comparison behind the numbers (its mean, intervals and threshold), for the
     forest plot; None for a check that is not a difference (the kept set against chance)."""
@@ -104,7 +93,7 @@ class Claim:
 
 
 def _collapsed_cells(runs: pd.DataFrame, terms: Sequence[Term]) -> tuple[str, ...]:
-    """The cells of ``terms`` flagged collapsed on any seed among ``runs``, e.g. ``hug at 50% (seeds 0, 2)``."""
+    """The cells of ``terms`` flagged collapsed on any seed among ``runs``, e.g. ``m at 50% (seeds 0, 2)``."""
     if "collapsed" not in runs.columns:
         return ()
     flagged = runs[runs.collapsed.eq(True)]
@@ -146,6 +135,17 @@ class _Evidence:
         """The shared training-sample resamples, or None without a scores table."""
         ids = pd.concat([self.setting.scores.sample_id, self.setting.extra_scores.get("sample_id", pd.Series(dtype=object))])
         return SampleBootstrap(ids.unique(), self.n_resamples, self.seed) if len(ids) else None
+
+    def name(self, label: str) -> str:
+        """``label``, or the method of the role it stands for (``{baseline}``)."""
+        return self.fill(label)
+
+    def fill(self, text: str) -> str:
+        """``text`` with each ``{role}`` replaced by the setting's method of that role."""
+        for role in ROLES:
+            if f"{{{role}}}" in text:
+                text = text.replace(f"{{{role}}}", self.setting.role(role))
+        return text
 
     def rates(self, *methods: str) -> list[float]:
         """The noise rates at which every one of ``methods`` has a completed run."""
@@ -189,102 +189,76 @@ class _Evidence:
         return math.nan if values is None else float(values[0, 0])
 
 
-def _robust_beat_sprc(ev: _Evidence) -> Claim:
-    claim = Claim(f"Robust methods (tme, conesep) beat {BASELINE} at 50% and 80% noise, and the gap widens with the rate",
-                  "ConeSep Sec. 4.2, Tables 1-2")
-    for method in ROBUST:
-        for rate in (0.5, 0.8):
-            claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at {rate_label(rate)}", difference(method, BASELINE, rate)))
-        widening = [Term(method, 0.8), Term(BASELINE, 0.8, -1.0), Term(method, 0.5, -1.0), Term(BASELINE, 0.5)]
-        claim.checks.append(ev.recall_check(f"{method}: gap at 80% - gap at 50%", widening))
-    return claim
-
-
-def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0) -> list[Check]:
-    """``winner - loser > threshold`` at every noise rate where both were run (one check each)."""
-    rates = ev.rates(winner, loser)
+def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0,
+                 noisy: bool = False) -> list[Check]:
+    """``winner - loser > threshold`` at every noise rate (above 0% if ``noisy``) where both
+    were run (one check each)."""
+    rates = [r for r in ev.rates(winner, loser) if r > 0 or not noisy]
     if not rates:
-        return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no noise rate with both {winner} and {loser}")]
+        which = "noisy" if noisy else "noise"
+        return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no {which} rate with both {winner} and {loser}")]
     suffix = f" > {threshold:g}" if threshold else ""
     return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}{suffix}", difference(winner, loser, rate),
                             threshold=threshold) for rate in rates]
 
 
-def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
-    return Claim(text, source, _rate_checks(ev, winner, loser))
+def _recall_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str) -> list[Check]:
+    prefix = f"{spec.label}: " if spec.label else ""
+    if isinstance(spec.rates, str):
+        return _rate_checks(ev, method, other, prefix, spec.threshold, noisy=spec.rates == NOISY)
+    suffix = f" > {spec.threshold:g}" if spec.threshold else ""
+    checks = [ev.recall_check(f"{prefix}{method} - {other} at {rate_label(rate)}{suffix}", difference(method, other, rate),
+                              threshold=spec.threshold) for rate in spec.rates]
+    if spec.widening:
+        low, high = spec.rates
+        widening = [Term(method, high), Term(other, high, -1.0), Term(method, low, -1.0), Term(other, low)]
+        checks.append(ev.recall_check(f"{prefix}{method}: gap at {rate_label(high)} - gap at {rate_label(low)}", widening))
+    return checks
 
 
-def _cleaner_kept_set(ev: _Evidence) -> Claim:
-    claim = Claim("conesep's kept set is cleaner than tme's at 80% noise, notably against caption swaps (hard noise)",
-                  "ConeSep App. C.3, Fig. 6")
-    terms = difference("conesep", "tme", 0.8)
-    claim.checks.append(ev.sample_check("purity: conesep - tme at 80%", terms, "purity"))
-    claim.checks.append(ev.sample_check("purity against caption swaps: conesep - tme at 80%", terms, "purity", noise_type=CAPTION))
-    return claim
-
-
-def _no_loss_without_noise(ev: _Evidence) -> Claim:
-    claim = Claim(f"At 0% noise no robust method loses more than a point to {BASELINE}", "ConeSep Table 1 (0% rows)")
-    for method in (*ROBUST, "hug"):
-        claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
-                                            threshold=NON_INFERIORITY))
-    return claim
-
-
-def _conesep_modules(ev: _Evidence) -> Claim:
-    claim = Claim("Each ConeSep module helps: the full method beats every variant without one", "ConeSep Table 3, Sec. 4.3")
-    for variant, module in CONESEP_MODULES.items():
-        claim.checks += _rate_checks(ev, "conesep", f"conesep:{variant}", prefix=f"{module}: ")
-    return claim
-
-
-def _uncertainty_marks_noise(ev: _Evidence) -> Claim:
-    claim = Claim("HUG's uncertainty marks bad triplets: AUROC against the true noise flags above 0.5",
-                  "HUG, uncertainty analysis (Fig. 4)")
-    rates = [r for r in ev.rates("hug") if r > 0]
-    for rate in rates:
-        for name, what in ((MAIN_SCORE, "coordination uncertainty"), (OVERALL_UNCERTAINTY, "overall uncertainty")):
-            claim.checks.append(ev.sample_check(f"{what} AUROC - 0.5 at {rate_label(rate)}", [Term("hug", rate)], "auroc",
-                                                score_name=name, offset=-0.5))
-    if not rates:
-        claim.checks.append(Check("hug AUROC", NOT_RUN, "not run: no hug cell with noise"))
-    return claim
-
-
-def _hug_ladder(ev: _Evidence) -> Claim:
-    claim = Claim("HUG's Table 3 ladder: each added part does not lower recall (by more than a point)", "HUG Table 3")
-    for before, after in zip(HUG_LADDER, HUG_LADDER[1:]):
-        claim.checks += _rate_checks(ev, after, before, threshold=NON_INFERIORITY)
-    return claim
-
-
-def _table_robust_beat_sprc(ev: _Evidence) -> Claim:
-    claim = Claim(f"habit and intent beat {BASELINE} at every noise rate above 0% run",
-                  "ConeSep, Tables 1-2: the HABIT and INTENT rows against SPRC at 20%, 50% and 80%")
-    for method in CONESEP_TABLE_ROBUST:
-        rates = [r for r in ev.rates(method, BASELINE) if r > 0]
-        claim.checks += [ev.recall_check(f"{method} - {BASELINE} at {rate_label(r)}", difference(method, BASELINE, r))
-                         for r in rates]
+def _sample_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str | None) -> list[Check]:
+    metric = METRICS[spec.metric]
+    if isinstance(spec.rates, str):
+        rates = [r for r in (ev.rates(method, other) if other else ev.rates(method)) if r > 0 or spec.rates == ALL]
+        if not rates and other:
+            which = "noisy" if spec.rates == NOISY else "noise"
+            return [Check(f"{spec.label or metric}: {method} - {other}", NOT_RUN,
+                          f"not run: no {which} rate with both {method} and {other}")]
         if not rates:
-            claim.checks.append(Check(f"{method} - {BASELINE}", NOT_RUN, f"not run: no noisy rate with both {method} and {BASELINE}"))
-    return claim
+            return [Check(f"{method} {metric}", NOT_RUN, f"not run: no {method} cell{' with noise' * (spec.rates == NOISY)}")]
+    else:
+        rates = list(spec.rates)
+    offset = f" {'-' if spec.offset < 0 else '+'} {abs(spec.offset):g}" if spec.offset else ""
+    checks = []
+    for rate in rates:
+        terms = difference(method, other, rate) if other else [Term(method, rate)]
+        for score, wording in spec.scores or ((MAIN_SCORE, ""),):
+            if other:
+                label = f"{spec.label or metric}: {method} - {other} at {rate_label(rate)}"
+            else:
+                label = f"{wording or spec.label or method} {metric}{offset} at {rate_label(rate)}"
+            checks.append(ev.sample_check(label, terms, spec.metric, score_name=score, noise_type=spec.noise_type,
+                                          offset=spec.offset))
+    return checks
 
 
-def _conesep_beats_table_robust(ev: _Evidence) -> Claim:
-    claim = Claim("conesep beats habit and intent at every noise rate run",
-                  "ConeSep, Sec. 4.2 and Tables 1-2: ConeSep against the HABIT and INTENT rows")
-    for method in CONESEP_TABLE_ROBUST:
-        claim.checks += _rate_checks(ev, "conesep", method)
-    return claim
+def _checks(ev: _Evidence, spec: CheckSpec) -> list[Check]:
+    """The checks of one declared check, methods in order, then ``against``, then rates."""
+    methods = [ev.name(m) for m in spec.methods]
+    if spec.kind == "ladder":
+        prefix = f"{spec.label}: " if spec.label else ""
+        return [c for before, after in zip(methods, methods[1:]) for c in _rate_checks(ev, after, before, prefix, spec.threshold)]
+    if spec.kind == "kept_set":
+        return [kept_set_check(ev.setting, method, rate) for method in methods for rate in spec.rates]
+    against = [ev.name(m) for m in spec.against]
+    if spec.kind == "recall":
+        return [c for m in methods for other in against for c in _recall_checks(ev, spec, m, other)]
+    return [c for m in methods for other in (against or [None]) for c in _sample_checks(ev, spec, m, other)]
 
 
-def _table_robust_no_loss_without_noise(ev: _Evidence) -> Claim:
-    claim = Claim(f"At 0% noise habit and intent lose no more than a point to {BASELINE}",
-                  "ConeSep, Tables 1-2: the 0% rows of HABIT, INTENT and SPRC")
-    for method in CONESEP_TABLE_ROBUST:
-        claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
-                                            threshold=NON_INFERIORITY))
-    return claim
+def check_claim(ev: _Evidence, spec: ClaimSpec) -> Claim:
+    """One declared claim checked on the evidence (roles in its text filled in)."""
+    return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check)])
 
 
 def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
@@ -304,13 +278,6 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
         return _guarded(Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"])), setting.runs, [Term(method, rate)])
     return _guarded(Check(label, combine_verdicts(verdicts), "; ".join(parts)), setting.runs, [Term(method, rate)])
-
-
-def _kept_sets_beat_chance(ev: _Evidence) -> Claim:
-    claim = Claim("The kept sets of tme and conesep are cleaner than a random subset of the same size at 50% and 80% "
-                  "noise, on every seed", "ConeSep Fig. 6, App. C.3")
-    claim.checks += [kept_set_check(ev.setting, method, rate) for method in ROBUST for rate in (0.5, 0.8)]
-    return claim
 
 
 def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Claim]:
@@ -343,23 +310,20 @@ def claims_selection(setting: Setting, rule: str = DEFAULT_RULE) -> str:
     return text
 
 
-def claims_on(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[Claim]:
-    """Every claim checked on ``setting`` as given (its last epoch of each run)."""
+def claims_on(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0,
+              specs: Sequence[ClaimSpec] | None = None) -> list[Claim]:
+    """Every claim checked on ``setting`` as given (its last epoch of each run): ``specs``,
+    or those of every claims file that applies to it (:func:`setting_claims`)."""
     ev = _Evidence(setting, n_resamples, seed)
-    return [
-        _robust_beat_sprc(ev),
-        _every_rate(ev, "conesep", "tme", "conesep beats tme at every noise rate run", "ConeSep Tables 1-2"),
-        _cleaner_kept_set(ev),
-        _no_loss_without_noise(ev),
-        _conesep_modules(ev),
-        _every_rate(ev, "hug", BASELINE, f"hug beats point matching ({BASELINE}) at every noise rate run", "HUG Tables 1-2"),
-        _uncertainty_marks_noise(ev),
-        _hug_ladder(ev),
-        _kept_sets_beat_chance(ev),
-        _table_robust_beat_sprc(ev),
-        _conesep_beats_table_robust(ev),
-        _table_robust_no_loss_without_noise(ev),
-    ]
+    return [check_claim(ev, spec) for spec in (setting_claims(setting) if specs is None else specs)]
+
+
+def setting_claims(setting: Setting) -> list[ClaimSpec]:
+    """The claims of every claims file that applies to ``setting``
+    (:func:`~cirbench.report.claim_files.claim_files`: the shipped papers', its results
+    folder's, its plugins', ``CIRBENCH_CLAIMS``'s)."""
+    sources = setting.runs.method_source.dropna().astype(str) if "method_source" in setting.runs.columns else ()
+    return all_claims(setting.root, sources)
 
 
 def claims_metric(setting: Setting) -> str | None:

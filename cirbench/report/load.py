@@ -15,6 +15,7 @@ from cirbench.data.noise import NOISE_PROTOCOLS
 from cirbench.results.chance import judge_below_chance
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW, TRIAL_LABEL
+from cirbench.results.roles import BASELINE, role_method
 from cirbench.results.selection import selection_values
 from cirbench.results.store import MAIN_SCORE, ResultsStore
 from cirbench.results.verify import check_folder
@@ -66,6 +67,8 @@ class Setting:
     epoch_ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     extra_purity: pd.DataFrame = field(default_factory=pd.DataFrame)
     extra_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
+    root: Path | None = None
+    """The results folder it was read from (its ``claims.toml``: :mod:`cirbench.report.claim_files`)."""
 
     @property
     def slug(self) -> str:
@@ -75,11 +78,15 @@ class Setting:
 
     @property
     def methods(self) -> list[str]:
-        """The compared method labels in a stable order: ``sprc`` first, oracles last, others
-        by name. Ablation rows (:attr:`variants`) and sweep trials (:attr:`trials`) are not
-        among them."""
-        oracles, other = self.oracles, set(self.variants) | set(self.trials)
-        return sorted(set(self.runs.method) - other, key=lambda m: (m in oracles, m != "sprc", m))
+        """The compared method labels in a stable order: the baseline (by role) first, oracles
+        last, others by name. Ablation rows (:attr:`variants`) and sweep trials
+        (:attr:`trials`) are not among them."""
+        oracles, other, baseline = self.oracles, set(self.variants) | set(self.trials), self.role(BASELINE)
+        return sorted(set(self.runs.method) - other, key=lambda m: (m in oracles, m != baseline, m))
+
+    def role(self, role: str) -> str:
+        """The method of ``role`` (:func:`cirbench.results.roles.role_method`): ``baseline``, ``perfect_filter``."""
+        return role_method(self.runs, role)
 
     @property
     def variants(self) -> list[str]:
@@ -204,8 +211,8 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     combinations of method x rate x seed of a setting that were never run at all. A method
     is expected at every noise rate of its setting; an ablation variant (``name:variant``)
     or a perfect filter only at the rates it was run at (an ablation grid runs at the
-    paper's ablation rate, ``calibrate`` runs ``oracle`` at 50% and 80%), at every seed; a
-    perfect filter never at 0% (there it is ``sprc``, ``Method.same_at_no_noise``)."""
+    paper's ablation rate, ``calibrate`` runs the perfect filter at 50% and 80%), at every
+    seed; a perfect filter never at 0% (there it is the baseline, ``Method.same_at_no_noise``)."""
     columns = CELL_COLUMNS + ["status", "error", "run_id"]
     rows = []
     done = set(map(tuple, kept[CELL_COLUMNS].itertuples(index=False)))
@@ -302,7 +309,7 @@ def load_results(root: Path | str) -> ReportData:
         reference_ids = set(references.loc[own, "run_id"])
         reference_metrics = tables["metrics"][tables["metrics"].run_id.isin(reference_ids)].reset_index(drop=True)
         settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
-                                references=reference_metrics, **parts))
+                                references=reference_metrics, root=root, **parts))
     return ReportData(root, settings, problems)
 
 

@@ -1,14 +1,16 @@
 """How much there is to win: the share of the ordinary baseline's loss under noise that the
 perfect filter wins back, beside what the papers' robust methods win back.
 
-At a noise rate ``r`` the ordinary baseline loses ``sprc(0) - sprc(r)`` of its clean
-recall; a method wins back ``(method(r) - sprc(r)) / (sprc(0) - sprc(r))`` of it. In the
-papers' tables a robust method wins back most of the loss (ConeSep Tables 1-2: TME 0.62
-and ConeSep 0.74 of SPRC's FashionIQ Avg R@10 at 80% noise), so noise costs the baseline
-mostly wrong gradients, not missing data. A benchmark on which even the perfect filter
-(``oracle``, trained on the truly clean triplets only) wins back much less caps every
-robust method's possible gain below the papers'; the report prints that cap above its
-claims and :mod:`cirbench.report.calibration` checks it as *room to win*.
+At a noise rate ``r`` the ordinary baseline ``b`` loses ``b(0) - b(r)`` of its clean
+recall; a method wins back ``(method(r) - b(r)) / (b(0) - b(r))`` of it. In the papers'
+tables a robust method wins back most of the loss (about 0.62 to 0.74 of the baseline's
+FashionIQ Avg R@10 at 80% noise), so noise costs the baseline mostly wrong gradients, not
+missing data. A benchmark on which even the perfect filter (trained on the truly clean
+triplets only) wins back much less caps every robust method's possible gain below the
+papers'; the report prints that cap above its claims and :mod:`cirbench.report.calibration`
+checks it as *room to win*. The baseline and the perfect filter are found by role
+(:mod:`cirbench.results.roles`); the papers' rows are named in the shipped claims file's
+``[published]`` table (:func:`cirbench.report.claim_files.read_published`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
+from cirbench.report.claim_files import read_published
 from cirbench.report.published import load_published
 
+PUBLISHED = read_published()
 ROOM_TITLE = "How much there is to win"
-ROOM_INTRO = ("The share of `sprc`'s loss under noise (R@10 at 0% minus at the rate, last epoch) that the perfect "
-              "filter, trained on the truly clean triplets only, wins back: what a method that only removes noise "
-              "can reach here, beside what the papers' robust methods win back over SPRC (ConeSep Tables 1-2). "
-              "Read every 'does not hold' under noise against it.")
+ROOM_INTRO = (f"The share of `{PUBLISHED.baseline}`'s loss under noise (R@10 at 0% minus at the rate, last epoch) that "
+              "the perfect filter, trained on the truly clean triplets only, wins back: what a method that only removes "
+              f"noise can reach here, beside what the papers' robust methods win back over {PUBLISHED.baseline_row} "
+              "(ConeSep Tables 1-2). Read every 'does not hold' under noise against it.")
 PAPER_SOURCE = "ConeSep paper"
 """The published tables with noise rates (ConeSep Tables 1-2; HUG's have no injected noise)."""
 PAPER_RECALL: dict[str, str] = {"fashioniq": "Avg R@10", "cirr": "R@10"}
@@ -41,8 +46,8 @@ class PaperShare:
     dataset: str
     method: str
     rate: float
-    share: float  # of SPRC's loss, (method - SPRC) / (SPRC at 0% - SPRC)
-    gain: float  # method - SPRC, recall in [0, 1]
+    share: float  # of the baseline's loss, (method - baseline) / (baseline at 0% - baseline)
+    gain: float  # method - baseline, recall in [0, 1]
 
 
 def won_back(clean: float, noisy: float, method: float) -> float:
@@ -59,8 +64,8 @@ def _shipped_shares() -> tuple[PaperShare, ...]:
 
 
 def paper_shares(published: pd.DataFrame | None = None) -> list[PaperShare]:
-    """Every robust method's won-back share in the published tables (SPRC as the baseline),
-    per dataset and noise rate above 0; ``published`` None: the shipped tables."""
+    """Every robust method's won-back share in the published tables (the rows of
+    :data:`PUBLISHED`), per dataset and noise rate above 0; ``published`` None: the shipped tables."""
     if published is None:
         return list(_shipped_shares())
     table = published
@@ -68,17 +73,17 @@ def paper_shares(published: pd.DataFrame | None = None) -> list[PaperShare]:
     shares = []
     for dataset, metric in PAPER_RECALL.items():
         rows = table[(table.dataset == dataset) & table[metric].notna()]
-        sprc = rows[rows.cirbench_method == "sprc"].set_index("noise_rate")[metric] / 100
-        if 0.0 not in sprc.index:
+        base = rows[rows.cirbench_method == PUBLISHED.baseline].set_index("noise_rate")[metric] / 100
+        if 0.0 not in base.index:
             continue
-        robust = rows[rows.cirbench_method.isin(["tme", "habit", "intent", "conesep"])]
+        robust = rows[rows.cirbench_method.isin(list(PUBLISHED.robust))]
         for row in robust.itertuples():
             rate = float(row.noise_rate)
-            if rate == 0.0 or rate not in sprc.index:
+            if rate == 0.0 or rate not in base.index:
                 continue
             value = float(rows.loc[row.Index, metric]) / 100
-            shares.append(PaperShare(dataset, str(row.method), rate, won_back(sprc[0.0], sprc[rate], value),
-                                     value - sprc[rate]))
+            shares.append(PaperShare(dataset, str(row.method), rate, won_back(base[0.0], base[rate], value),
+                                     value - base[rate]))
     return shares
 
 
@@ -103,9 +108,9 @@ class RoomToWin:
     """The perfect filter's won-back share and gap at one noise rate, per seed."""
 
     rate: float
-    shares: dict[int, float]  # seed -> (oracle - sprc) / (sprc at 0% - sprc)
-    gaps: dict[int, float]  # seed -> oracle - sprc
-    learning_curve: float  # oracle at this rate / sprc at 0%, mean over seeds
+    shares: dict[int, float]  # seed -> (filter - baseline) / (baseline at 0% - baseline)
+    gaps: dict[int, float]  # seed -> filter - baseline
+    learning_curve: float  # filter at this rate / baseline at 0%, mean over seeds
 
     @property
     def share(self) -> float:
@@ -118,27 +123,31 @@ class RoomToWin:
         return float(np.mean(list(self.gaps.values()))) if self.gaps else float("nan")
 
 
-def room_to_win(per_seed: dict[str, dict[float, pd.Series]], rate: float) -> RoomToWin | None:
+def room_to_win(per_seed: Mapping[str, dict[float, pd.Series]], rate: float) -> RoomToWin | None:
     """The perfect filter's room at ``rate`` from per-seed final recalls
-    (``per_seed[method][rate]``: a Series indexed by seed, for ``sprc`` and ``oracle``);
-    seeds without all three cells are left out; None when no seed has them."""
-    clean, noisy = per_seed["sprc"].get(0.0), per_seed["sprc"].get(rate)
-    oracle = per_seed["oracle"].get(rate)
-    if clean is None or noisy is None or oracle is None:
+    (``per_seed[method][rate]``: a Series indexed by seed; the baseline's entry first, the
+    perfect filter's second, whatever their names); seeds without all three cells are left
+    out; None when no seed has them."""
+    baseline, perfect = per_seed.values()
+    clean, noisy = baseline.get(0.0), baseline.get(rate)
+    filtered = perfect.get(rate)
+    if clean is None or noisy is None or filtered is None:
         return None
-    seeds = sorted(set(clean.index) & set(noisy.index) & set(oracle.index))
+    seeds = sorted(set(clean.index) & set(noisy.index) & set(filtered.index))
     if not seeds:
         return None
-    shares = {s: won_back(float(clean[s]), float(noisy[s]), float(oracle[s])) for s in seeds}
-    gaps = {s: float(oracle[s] - noisy[s]) for s in seeds}
-    curve = float(np.mean([oracle[s] / clean[s] for s in seeds]))
+    shares = {s: won_back(float(clean[s]), float(noisy[s]), float(filtered[s])) for s in seeds}
+    gaps = {s: float(filtered[s] - noisy[s]) for s in seeds}
+    curve = float(np.mean([filtered[s] / clean[s] for s in seeds]))
     return RoomToWin(rate, shares, gaps, curve)
 
 
-def room_line(room: RoomToWin, label: str = "R@10") -> str:
-    """One line for a report: the perfect filter's share and gap at the rate beside the papers'."""
+def room_line(room: RoomToWin, label: str = "R@10", baseline: str | None = None) -> str:
+    """One line for a report: the perfect filter's share and gap at the rate beside the
+    papers' (``baseline``: the results' baseline, by default the papers')."""
     seeds = ", ".join(f"{v:.2f}" for v in room.shares.values())
     papers = paper_range(room.rate)
-    text = (f"{room.rate:.0%} noise: the perfect filter wins back {room.share:.2f} of `sprc`'s {label} loss "
+    baseline = baseline or PUBLISHED.baseline
+    text = (f"{room.rate:.0%} noise: the perfect filter wins back {room.share:.2f} of `{baseline}`'s {label} loss "
             f"(per seed {seeds}), a gap of {room.gap:+.3f}")
     return text + (f"; the papers' robust methods win back {papers}" if papers else "; no paper reports this rate")

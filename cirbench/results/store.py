@@ -44,6 +44,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("method_source", pa.string()),
         ("is_oracle", pa.bool_()),
         ("is_reference", pa.bool_()),
+        ("role", pa.string()),  # Method.role (cirbench.results.roles): "" for none, null in runs written before it
         ("partitions", pa.bool_()),
         ("package_version", pa.string()),
         ("git_commit", pa.string()),
@@ -129,7 +130,7 @@ MAIN_SCORE = "noise_score"
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
                                 "collapsed": False, "collapse_reason": "", "below_chance": False, "below_chance_reason": "",
-                                "start_key": "", "holdout": 0.0, "n_holdout": 0}
+                                "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": ""}
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
