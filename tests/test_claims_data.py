@@ -134,3 +134,13 @@ def test_no_report_module_names_a_method() -> None:
     pattern = re.compile(r"\b(" + "|".join(names) + r")\b")
     found = {p.name: sorted(set(pattern.findall(p.read_text(encoding="utf-8")))) for p in sorted(REPORT.glob("*.py"))}
     assert {f for f, hits in found.items() if hits} == PENDING, found
+
+
+def test_a_role_is_declared_by_the_class_never_inherited() -> None:
+    from cirbench.method import method_role
+    from cirbench.plugins import discover
+
+    methods = discover().methods
+    sprc, oracle = methods.get("sprc"), methods.get("oracle")
+    assert method_role(sprc) == "baseline" and method_role(oracle) == "perfect_filter"
+    assert method_role(type("Mine", (sprc,), {"name": "mine"})) == ""  # built on the baseline, not the baseline

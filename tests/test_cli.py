@@ -38,6 +38,8 @@ def test_end_to_end_run_writes_all_tables(tmp_path: Path, cache_dir: Path) -> No
     assert "skipped: oracle at 0% noise is sprc at 0%" in " ".join(result.output.split())
     assert runs.noise_manifest_hash.str.len().eq(16).all() and (runs.git_commit != "").all()
     assert runs.set_index("method").loc["oracle", "is_oracle"].all()
+    assert dict(zip(runs.method, runs.role)) == {"sprc": "baseline", "oracle": "perfect_filter"}  # Method.role
+    assert (all_runs[all_runs.is_reference].role == "").all()
     assert (runs.method_version == "2").all() and runs.eval_protocol.str.contains("ref-excluded").all()
     metrics = pd.read_parquet(out / "metrics")
     assert set(metrics.metric) == {"recall@1", "recall@5", "recall@10", "recall@50", "recall_subset@1", "recall_subset@2",
