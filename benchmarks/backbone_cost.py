@@ -37,7 +37,7 @@ from cirbench.backbones.blip2 import Blip2Backbone, random_model
 from cirbench.backbones.preprocess import ImagePrep
 from cirbench.engine.precision import use_precision
 from cirbench.method import Batch, TrainingContext
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 
 PAPER_TABLE_4 = {  # ConeSep paper, Table 4: seconds per iteration and MiB on one A40, batch 128
     "sprc": (2.624, 24478), "tme": (7.858, 12405), "conesep": (5.15, 25807),
@@ -99,7 +99,7 @@ def main() -> None:
     backbone = build_backbone(args.size, device)
     use_precision(backbone, device, args.precision)
     batch = make_batch(backbone, args.batch_size, device)
-    registry = discover_methods().methods
+    registry = discover().methods
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     epochs = 10
 

@@ -35,7 +35,7 @@ from cirbench.engine.features import image_tokens
 from cirbench.engine.grid import GridSpec
 from cirbench.engine.train import BatchMaker, build_optimizer, epoch_batches
 from cirbench.method import Method, MethodConfig, TrainingContext
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 
 
 @dataclass
@@ -56,7 +56,7 @@ def build(
 ) -> Contender:
     """Method ``name`` with config ``overrides`` on a fresh ``tiny`` backbone seeded ``seed``."""
     backbone = BACKBONES.get("tiny")(seed, cache_dir, None)
-    cls: type[Method] = discover_methods().methods.get(name)
+    cls: type[Method] = discover().methods.get(name)
     config = replace(cls.Config(), **overrides)
     device = torch.device("cpu")
     n = len(noisy)

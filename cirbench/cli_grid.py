@@ -38,10 +38,10 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
     (which may define the dataset) are registered."""
     from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
     from cirbench.engine.grid import Grid, GridError, GridSpec
-    from cirbench.plugins import discover_methods
+    from cirbench.plugins import discover
 
     try:
-        discovery = discover_methods(list(plugin))
+        discovery = discover(list(plugin))
         if discovery.errors:
             raise GridError("; ".join(discovery.errors))
         fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
@@ -142,12 +142,12 @@ def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[
     """The validated grid of ``cirbench sweep``: ``trials`` rows per method (trial 0 the
     defaults, :mod:`cirbench.engine.sweep`), the other ``fields`` as in :func:`validated_grid`."""
     from cirbench.engine.sweep import SweepError, sweep_rows
-    from cirbench.plugins import discover_methods
+    from cirbench.plugins import discover
 
     holdout = fields["holdout"]
     if not 0.0 < holdout < 1.0:
         _fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
-    discovery = discover_methods(list(plugin))
+    discovery = discover(list(plugin))
     try:
         labels, overrides = sweep_rows(methods, trials, discovery, fields.get("backbone", "tiny"))
     except (SweepError, KeyError) as exc:

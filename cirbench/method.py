@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+from cirbench.registry import Contract
 from cirbench.search import LR_SPACE, Distribution
 
 
@@ -221,3 +222,8 @@ class Method(nn.Module):
 def method_role(cls: type[Method]) -> str:
     """The role ``cls`` itself declares (``""`` for none): a subclass does not inherit its base's."""
     return str(vars(cls).get("role", ""))
+
+
+METHOD_CONTRACT = Contract(Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput")
+"""A method plugin: a :class:`Method` subclass with a ``name`` that implements
+``training_step``; its registry holds the class (one per discovery: :mod:`cirbench.plugins`)."""

@@ -7,12 +7,16 @@ All paths end in the same place. Built-in methods are plain files in the reposit
 every ``*.py`` in it; or a path listed in ``CIRBENCH_PLUGINS``). A plugin file may define a
 plugin of any of the four kinds (:data:`KINDS`): a class with a ``name`` subclassing
 :class:`~cirbench.method.Method`, :class:`~cirbench.data.loader.DatasetLoader`,
-:class:`~cirbench.data.proposal.NoiseProtocol` or
-:class:`~cirbench.backbones.registry.BackboneFactory`. Installed distributions expose
+:class:`~cirbench.data.proposal.NoiseProtocol` or :class:`~cirbench.backbones.base.Backbone`
+(with a ``build`` classmethod; a ``BackboneFactory`` subclass, the former second class, still
+registers, with a DeprecationWarning). Installed distributions expose
 them through the entry-point groups ``cirbench.methods``, ``cirbench.datasets``,
 ``cirbench.noise`` and ``cirbench.backbones``.
 
-Methods go into the :class:`Discovery`'s own registry; datasets, noise protocols and
+Every class is registered by its registry's :meth:`~cirbench.registry.Registry.register`,
+the call the built-in datasets, noise protocols and backbones make when their registry
+module is imported. Methods go into the :class:`Discovery`'s own registry (rebuilt per call,
+so that a run sees exactly the method files it names); datasets, noise protocols and
 backbones into the harness's registries (``DATASETS``, ``NOISE_PROTOCOLS``, ``BACKBONES``),
 where every module that resolves a name finds them. Built-ins win a name collision (the
 loser is reported); a plugin that fails to import is reported and fails only when it is
@@ -31,19 +35,19 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cirbench.backbones.registry import BACKBONES, BackboneFactory
-from cirbench.data.loader import DatasetLoader
+from cirbench.backbones.registry import BACKBONES
 from cirbench.data.noise import NOISE_PROTOCOLS
-from cirbench.data.proposal import NoiseProtocol
 from cirbench.data.registry import DATASETS
-from cirbench.method import Method
-from cirbench.registry import Registry
+from cirbench.method import METHOD_CONTRACT, Method, method_role
+from cirbench.registry import Contract, PluginError, Registry, overrides
+from cirbench.results.roles import ROLES
 
 METHOD_ENTRY_POINT_GROUP = "cirbench.methods"
 PLUGINS_ENV = "CIRBENCH_PLUGINS"
@@ -51,27 +55,34 @@ PLUGINS_ENV = "CIRBENCH_PLUGINS"
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of plugin: its base class, the method a plugin must implement (and how it
-    is called, for the error), its entry-point group, and whether its registry holds
-    instances (built with no arguments) or the classes themselves."""
+    """One kind of plugin: its name, its entry-point group and its contracts (the classes it
+    takes: :class:`~cirbench.registry.Contract`, those of its registry)."""
 
     name: str
-    base: type
-    required: str
-    signature: str
     group: str
-    instances: bool
+    contracts: tuple[Contract, ...]
+
+    @property
+    def base(self) -> type:
+        """The base class a plugin of this kind subclasses (the first contract's)."""
+        return self.contracts[0].base
+
+    @property
+    def required(self) -> str:
+        """The method a plugin of this kind implements (the first contract's)."""
+        return self.contracts[0].required
+
+    @property
+    def signature(self) -> str:
+        """How that method is called (the first contract's)."""
+        return self.contracts[0].signature
 
 
 KINDS: tuple[Kind, ...] = (
-    Kind("method", Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput", METHOD_ENTRY_POINT_GROUP,
-         False),
-    Kind("dataset", DatasetLoader, "__call__", "__call__(self, cache_dir, data_root, options=None, allow_missing=False) "
-         "-> CIRDataset", "cirbench.datasets", True),
-    Kind("noise protocol", NoiseProtocol, "propose", "propose(self, split, rate, rng, context) -> Proposal", "cirbench.noise",
-         False),
-    Kind("backbone", BackboneFactory, "__call__", "__call__(self, seed, cache_dir, weights) -> Backbone", "cirbench.backbones",
-         True),
+    Kind("method", METHOD_ENTRY_POINT_GROUP, (METHOD_CONTRACT,)),
+    Kind("dataset", "cirbench.datasets", DATASETS.contracts),
+    Kind("noise protocol", "cirbench.noise", NOISE_PROTOCOLS.contracts),
+    Kind("backbone", "cirbench.backbones", BACKBONES.contracts),
 )
 KIND_NAMES: str = ", ".join(f"{kind.base.__name__} ({kind.name})" for kind in KINDS)
 
@@ -127,15 +138,24 @@ def load_plugin_file(path: Path, module_name: str | None = None) -> ModuleType:
 
 
 def plugins_in(module: ModuleType, kind: Kind) -> list[type]:
-    """The classes of ``kind`` (subclasses of its base with a ``name``) defined in ``module`` itself."""
+    """The classes of ``kind`` (subclasses of one of its contracts' bases with a ``name``)
+    defined in ``module`` itself. A ``Backbone`` subclass without ``build`` is left out: in a
+    two-class backbone it is the model its factory builds, not a plugin."""
     return [
         obj
         for obj in vars(module).values()
         if inspect.isclass(obj)
-        and issubclass(obj, kind.base)
+        and any(issubclass(obj, c.base) for c in kind.contracts)
         and obj.__module__ == module.__name__
         and isinstance(getattr(obj, "name", None), str)
+        and not (kind.name == "backbone" and _is_model(obj, kind))
     ]
+
+
+def _is_model(cls: type, kind: Kind) -> bool:
+    """Whether ``cls`` is a backbone model without ``build`` (the product of a two-class backbone's factory)."""
+    first = kind.contracts[0]
+    return issubclass(cls, first.base) and not overrides(cls, first.base, first.required)
 
 
 def methods_in(module: ModuleType) -> list[type[Method]]:
@@ -144,8 +164,9 @@ def methods_in(module: ModuleType) -> list[type[Method]]:
 
 
 def implements(cls: type, kind: Kind) -> bool:
-    """Whether ``cls`` (or a base class other than ``kind``'s base) overrides its required method."""
-    return getattr(cls, kind.required, None) is not getattr(kind.base, kind.required)
+    """Whether ``cls`` (or a base class other than its contract's base) overrides its required method."""
+    contract = next((c for c in kind.contracts if issubclass(cls, c.base)), kind.contracts[0])
+    return overrides(cls, contract.base, contract.required)
 
 
 def implements_training_step(cls: type[Method]) -> bool:
@@ -153,14 +174,22 @@ def implements_training_step(cls: type[Method]) -> bool:
     return implements(cls, KINDS[0])
 
 
+def _broken(discovery: Discovery, registry: Registry[Any], name: str, reason: str, strict: bool) -> None:
+    registry.add_broken(name, reason)
+    discovery.problems.append(reason)
+    if strict:
+        discovery.errors.append(f"--plugin {reason}")
+
+
 def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: bool = False) -> None:
+    """Register ``cls`` through its registry's :meth:`~cirbench.registry.Registry.register`
+    (the call the built-ins make), a broken class and a taken name reported, not raised."""
     registry = discovery.registries[kind.name]
-    if not implements(cls, kind):
-        reason = (f"{source}: class {cls.__qualname__} ({kind.name} {cls.name!r}) does not implement {kind.signature}")
-        registry.add_broken(cls.name, reason)
-        discovery.problems.append(reason)
-        if strict:
-            discovery.errors.append(f"--plugin {reason}")
+    reason = registry.problem(cls, source)
+    if reason is None and kind.name == "method" and method_role(cls) not in ("", *ROLES):
+        reason = f"{source}: method {cls.name!r} declares role {method_role(cls)!r}: the roles are {', '.join(ROLES)}"
+    if reason:
+        _broken(discovery, registry, cls.name, reason, strict)
         return
     if cls.name in registry:
         winner = registry.entry(cls.name).source
@@ -170,15 +199,10 @@ def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: 
             discovery.problems.append(f"{kind.name} {cls.name!r} from {source} ignored: the name is taken by {winner}")
         return
     try:
-        obj = cls() if kind.instances else cls
-    except Exception as exc:
-        reason = f"{source}: {kind.name} {cls.name!r} cannot be built with no arguments: {_short_error(exc)}"
-        registry.add_broken(cls.name, reason)
-        discovery.problems.append(reason)
-        if strict:
-            discovery.errors.append(f"--plugin {reason}")
+        registry.register(cls, source)
+    except PluginError as exc:
+        _broken(discovery, registry, cls.name, str(exc), strict)
         return
-    registry.add(cls.name, obj, source)
     discovery.found.append((kind.name, cls.name, source))
 
 
@@ -241,8 +265,10 @@ def _load_entry_points(discovery: Discovery, kind: Kind) -> None:
             discovery.registries[kind.name].add_broken(ep.name, f"{source}: {_short_error(exc)}")
             discovery.problems.append(f"entry point {ep.name!r} ({source}) failed to load: {_short_error(exc)}")
             continue
-        if not (inspect.isclass(cls) and issubclass(cls, kind.base) and isinstance(getattr(cls, "name", None), str)):
-            discovery.problems.append(f"entry point {ep.name!r} ({source}) is not a {kind.base.__name__} subclass with a name")
+        if not (inspect.isclass(cls) and any(issubclass(cls, c.base) for c in kind.contracts)
+                and isinstance(getattr(cls, "name", None), str)):
+            bases = " or ".join(c.base.__name__ for c in kind.contracts)
+            discovery.problems.append(f"entry point {ep.name!r} ({source}) is not a {bases} subclass with a name")
             continue
         _register(discovery, kind, cls, source)
 
@@ -250,7 +276,7 @@ def _load_entry_points(discovery: Discovery, kind: Kind) -> None:
 def discover(plugin_files: list[Path] | None = None) -> Discovery:
     """Find every plugin: built-in methods, then the user's files and folders (the
     environment's, then ``plugin_files``), then entry points (see the module docstring)."""
-    discovery = Discovery(Registry("method"))
+    discovery = Discovery(Registry("method", (METHOD_CONTRACT,)))
     for path in sorted(builtin_methods_dir().glob("*.py")):
         if not path.name.startswith("_"):
             _load_file(discovery, path, strict=False, builtin=True)
@@ -267,5 +293,8 @@ def discover(plugin_files: list[Path] | None = None) -> Discovery:
     return discovery
 
 
-discover_methods = discover
-"""The name the callers of a method registry use: discovery finds every kind at once."""
+def discover_methods(plugin_files: list[Path] | None = None) -> Discovery:
+    """Deprecated: :func:`discover` (discovery finds every kind at once, methods included)."""
+    warnings.warn("cirbench.plugins.discover_methods is deprecated: use cirbench.plugins.discover", DeprecationWarning,
+                  stacklevel=2)
+    return discover(plugin_files)

@@ -25,7 +25,7 @@ from cirbench.data.registry import DATASETS
 from cirbench.engine.features import image_tokens
 from cirbench.engine.grid import base_method
 from cirbench.method import Method
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.store import ResultsStore
 
@@ -136,7 +136,7 @@ def predict_cirr(
     if meta["dataset"] != "cirr":
         raise CheckpointError(f"{checkpoint} was trained on {meta['dataset']!r}; test submissions exist for CIRR only")
     plugins = list(plugin_files or []) + [Path(p) for p in meta.get("plugin_files", []) if Path(p).is_file()]
-    discovery = discover_methods(plugins)
+    discovery = discover(plugins)
     if discovery.errors:
         raise CheckpointError("; ".join(discovery.errors))
     method_cls = discovery.methods.get(base_method(meta["method"]))

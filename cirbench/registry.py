@@ -1,11 +1,15 @@
-"""A small name -> object registry with helpful errors, shared by methods, datasets,
-backbones and noise protocols."""
+"""The one registry type of the four plugin kinds (methods, datasets, noise protocols,
+backbones): name -> object, with helpful errors, and the kind's :class:`Contract`, which
+:meth:`Registry.register` checks a plugin class against. The built-ins register through the
+very call a user's plugin goes through (:mod:`cirbench.plugins` calls it for the classes of
+a file, a folder or an entry point)."""
 
 from __future__ import annotations
 
 import difflib
+import traceback
 from dataclasses import dataclass
-from typing import Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -26,13 +30,73 @@ class Entry(Generic[T]):
     source: str
 
 
-class Registry(Generic[T]):
-    """Maps names to objects of one kind. A duplicate name raises unless ``replace``."""
+class PluginError(ValueError):
+    """A plugin class that breaks its kind's contract or cannot be built (the message names
+    its source, class and name, and what is wrong)."""
 
-    def __init__(self, kind: str) -> None:
+
+def _itself(cls: type) -> type:
+    return cls
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a plugin class of a kind is: a subclass of ``base`` with a ``name`` that overrides
+    ``required`` (called as ``signature``); ``make`` turns the class into what the registry
+    holds (the class itself, or an object built with no arguments)."""
+
+    base: type
+    required: str
+    signature: str
+    make: Callable[[type], Any] = _itself
+
+
+def overrides(cls: type, base: type, attribute: str) -> bool:
+    """Whether ``cls`` (or a class between it and ``base``) defines ``attribute`` itself."""
+    owner = next((k for k in cls.__mro__ if attribute in vars(k)), None)
+    return owner is not None and owner is not base and not (isinstance(owner, type) and issubclass(base, owner))
+
+
+class Registry(Generic[T]):
+    """Maps names to objects of one kind. A duplicate name raises. ``contracts``: the plugin
+    classes the kind takes (:meth:`register`); the first whose base a class subclasses applies."""
+
+    def __init__(self, kind: str, contracts: Sequence[Contract] = ()) -> None:
         self.kind = kind
+        self.contracts = tuple(contracts)
         self._entries: dict[str, Entry[T]] = {}
         self._broken: dict[str, str] = {}
+
+    def contract(self, cls: type) -> Contract | None:
+        """The contract ``cls`` falls under (None: not a plugin class of this kind)."""
+        return next((c for c in self.contracts if isinstance(cls, type) and issubclass(cls, c.base)), None)
+
+    def problem(self, cls: type, source: str) -> str | None:
+        """Why ``cls`` breaks its contract (a reason naming ``source``), or None."""
+        contract = self.contract(cls)
+        if contract is None:
+            bases = " or ".join(c.base.__name__ for c in self.contracts)
+            return f"{source}: class {getattr(cls, '__qualname__', cls)!r} is not a {bases} subclass"
+        if not isinstance(getattr(cls, "name", None), str):
+            return f"{source}: class {cls.__qualname__} ({self.kind}) has no `name`"
+        if not overrides(cls, contract.base, contract.required):
+            return f"{source}: class {cls.__qualname__} ({self.kind} {cls.name!r}) does not implement {contract.signature}"
+        return None
+
+    def register(self, cls: type, source: str = "built-in") -> T:
+        """Check ``cls`` against its contract, build what the registry holds and add it under
+        ``cls.name``: the one way a plugin of this kind is registered, a built-in or a user's
+        (PluginError if it breaks the contract or cannot be built; ValueError on a taken name)."""
+        reason = self.problem(cls, source)
+        if reason:
+            raise PluginError(reason)
+        try:
+            obj = self.contract(cls).make(cls)
+        except Exception as exc:
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            raise PluginError(f"{source}: {self.kind} {cls.name!r} cannot be built with no arguments: {error}") from exc
+        self.add(cls.name, obj, source)
+        return obj
 
     def add(self, name: str, obj: T, source: str = "built-in") -> None:
         """Register ``obj`` under ``name``; a second object under one name is an error."""

@@ -14,9 +14,9 @@ import cirbench.engine.grid as grid_module
 from cirbench.cli import app
 from cirbench.engine.ablation import expand_ablations, merge_rows
 from cirbench.engine.grid import Grid, GridError, GridSpec
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 
-METHODS = discover_methods().methods
+METHODS = discover().methods
 CONESEP, HUG = METHODS.get("conesep"), METHODS.get("hug")
 
 

@@ -21,9 +21,9 @@ from cirbench.backbones.blip2 import Blip2Backbone, write_random_checkpoint as w
 from cirbench.backbones.preprocess import ImagePrep  # noqa: E402
 from cirbench.cli import app  # noqa: E402
 from cirbench.data.registry import DATASETS  # noqa: E402
-from cirbench.plugins import discover_methods  # noqa: E402
+from cirbench.plugins import discover  # noqa: E402
 
-METHODS = discover_methods().methods.names()
+METHODS = discover().methods.names()
 
 
 def _has_open_clip() -> bool:

@@ -18,7 +18,7 @@ from cirbench.data.cirr import HEADLINE
 from cirbench.data.registry import DATASETS
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.features import image_tokens
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.predict import rank_test_queries, write_submission
 from fixtures import ScoreTableMethod, write_cirr
 
@@ -121,7 +121,7 @@ def test_cli_run_save_reload_and_predict(root, tmp_path) -> None:
     # the reloaded method reproduces the run's final validation metrics exactly
     meta, state = read_checkpoint(checkpoint)
     assert meta["method"] == "sprc" and not any(k.startswith("backbone.tower.") for k in state)
-    method_cls = discover_methods().methods.get("sprc")
+    method_cls = discover().methods.get("sprc")
     loaded = load_method(checkpoint, method_cls, cache, torch.device("cpu")).method
     data = CIRR(cache, root[0])
     tokens = image_tokens(data, loaded.backbone, cache)

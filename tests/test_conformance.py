@@ -22,10 +22,10 @@ from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.online import OnlineTokens
 from cirbench.engine.precision import use_precision
 from cirbench.engine.train import BatchMaker
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.registry import Registry
 
-METHODS = discover_methods().methods.names()
+METHODS = discover().methods.names()
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -18,7 +18,7 @@ from cirbench.data.registry import ShapesLoader
 from cirbench.engine.features import image_tokens
 from cirbench.data.base import TripletSplit
 from cirbench.engine.train import EvaluatedTargets, TrainResult, keeps_exactly, train_cell
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 
 TIMINGS = {"partition_seconds"}
 """Loss components that are wall times, which no two runs share."""
@@ -32,7 +32,7 @@ def train_micro_cell(method: str, cache_dir: Path, epochs: int = 2) -> TrainResu
     noisy, manifest = inject_noise(dataset, "thirds", 0.5, 0,
                                    image_features=lambda: np.asarray(tokens, dtype=np.float32).mean(axis=1))
     held = hold_out(noisy, manifest, 0.2, 0)
-    method_cls = discover_methods().methods.get(method)
+    method_cls = discover().methods.get(method)
     return train_cell(method_cls, method_cls.Config(), backbone, dataset, held.train, held.train_manifest, tokens,
                       epochs, 16, 0, holdout=held)
 

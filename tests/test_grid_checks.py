@@ -63,21 +63,14 @@ GALLERY_PAST_IMAGES = "replace(data, gallery={g: np.append(v, n) for g, v in dat
 
 NO_WORDS = textwrap.dedent(f'''
     from cirbench.backbones.base import Backbone
-    from cirbench.backbones.registry import BackboneFactory
     from cirbench.plugins import load_plugin_file
 
     plain = load_plugin_file({str(EXAMPLES / "plain.py")!r})
 
-    class WordlessBackbone(plain.PlainBackbone):
-        word_embeddings = Backbone.word_embeddings  # the base's: not implemented
-
-    class Wordless(BackboneFactory):
+    class Wordless(plain.PlainBackbone):
         name = "wordless"
         description = "plain without word_embeddings"
-        default_lr = plain.LR
-
-        def __call__(self, seed, cache_dir, weights):
-            return WordlessBackbone(seed)
+        word_embeddings = Backbone.word_embeddings  # the base's: not implemented
 ''')
 
 

@@ -15,7 +15,7 @@ from cirbench.data.registry import DATASETS
 from cirbench.engine.features import image_tokens
 from cirbench.engine.train import train_cell
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 
 
 class Spy(Method):
@@ -72,7 +72,7 @@ def test_training_does_not_depend_on_the_flags(cache_dir: Path) -> None:
     ds, _, tokens, noisy, manifest = setup(cache_dir)
     flipped = NoiseManifest(manifest.dataset_key, manifest.protocol, manifest.rate, manifest.seed, manifest.table.copy())
     flipped.table["is_noisy"] = ~flipped.table["is_noisy"]
-    sprc = discover_methods().methods.get("sprc")
+    sprc = discover().methods.get("sprc")
     losses = []
     for m in (manifest, flipped):
         backbone = BACKBONES.get("tiny")(0, cache_dir, None)

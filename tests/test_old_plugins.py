@@ -51,3 +51,19 @@ def test_the_documented_import_paths_still_work() -> None:
     assert issubclass(ShapesLoader, DatasetLoader) and isinstance(DATASETS.get("shapes"), ShapesLoader)
     assert "tiny" in BACKBONES and isinstance(BACKBONES.get("tiny"), BackboneFactory)
     assert all(callable(f) for f in (NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched, discover, discover_methods))
+
+
+def test_the_old_names_warn_and_still_work(tmp_path: Path) -> None:
+    from cirbench.plugins import discover_methods
+
+    with pytest.warns(DeprecationWarning, match="use cirbench.plugins.discover"):
+        found = discover_methods()
+    assert "sprc" in found.methods
+    legacy = tmp_path / "legacy_backbone.py"
+    legacy.write_text((OLD / "tiny_small.py").read_text().replace('"tiny-small"', '"tiny-small-legacy"'))
+    from cirbench.backbones.registry import BACKBONES
+    from cirbench.plugins import discover
+
+    with pytest.warns(DeprecationWarning, match="a BackboneFactory subclass is deprecated"):
+        found = discover([legacy])
+    assert found.errors == [] and BACKBONES.get("tiny-small-legacy").default_lr == 1e-3

@@ -98,7 +98,7 @@ def test_a_plugin_name_taken_by_a_builtin_is_ignored(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, message", [
     (None, "no such file"),
     ("import not_a_module_anywhere\n", "cannot be imported: .*line 1.*not_a_module_anywhere"),
-    ("X = 1\n", "defines no plugin .*DatasetLoader.*NoiseProtocol.*BackboneFactory"),
+    ("X = 1\n", "defines no plugin .*DatasetLoader.*NoiseProtocol.*Backbone"),
     ("from cirbench.data.proposal import NoiseProtocol\nclass Lazy(NoiseProtocol):\n    name = 'lazy'\n",
      "noise protocol 'lazy'.* does not implement propose"),
     ("from cirbench.backbones.registry import BackboneFactory\nclass B(BackboneFactory):\n    name = 'b'\n    default_lr = 1.0\n",

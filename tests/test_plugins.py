@@ -49,7 +49,7 @@ def test_registry_unknown_name_suggests() -> None:
 
 
 def test_builtins_are_discovered_from_the_methods_folder() -> None:
-    d = plugins.discover_methods()
+    d = plugins.discover()
     assert {"sprc", "oracle"} <= set(d.methods.names())
     assert d.methods.entry("sprc").source == "built-in sprc.py"
     assert plugins.builtin_methods_dir().name == "methods"
@@ -58,7 +58,7 @@ def test_builtins_are_discovered_from_the_methods_folder() -> None:
 
 def test_plugin_file_is_discovered(tmp_path: Path) -> None:
     path = write_plugin(tmp_path, "mymethod")
-    d = plugins.discover_methods([path])
+    d = plugins.discover([path])
     assert d.methods.get("mymethod").version == "3"
     assert str(path.resolve()) in d.methods.entry("mymethod").source
 
@@ -66,12 +66,12 @@ def test_plugin_file_is_discovered(tmp_path: Path) -> None:
 def test_plugins_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_plugin(tmp_path, "envmethod")
     monkeypatch.setenv(plugins.PLUGINS_ENV, str(path))
-    assert "envmethod" in plugins.discover_methods().methods
+    assert "envmethod" in plugins.discover().methods
 
 
 def test_builtin_wins_a_name_collision(tmp_path: Path) -> None:
     path = write_plugin(tmp_path, "sprc", filename="fake_sprc.py")
-    d = plugins.discover_methods([path])
+    d = plugins.discover([path])
     assert d.methods.entry("sprc").source == "built-in sprc.py"
     assert any("'sprc'" in p and "ignored" in p for p in d.problems)
 
@@ -79,7 +79,7 @@ def test_builtin_wins_a_name_collision(tmp_path: Path) -> None:
 def test_broken_plugin_is_reported_and_fails_only_when_selected(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import this_module_does_not_exist\n")
-    d = plugins.discover_methods([broken])
+    d = plugins.discover([broken])
     assert "sprc" in d.methods
     assert any("broken.py" in p and "this_module_does_not_exist" in p for p in d.problems)
     with pytest.raises(UnknownNameError, match="failed to load"):
@@ -104,7 +104,7 @@ def test_entry_point_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     module = plugins.load_plugin_file(write_plugin(tmp_path, "epmethod", cls="EpMethod"))
     eps = [FakeEntryPoint("epmethod", module.EpMethod), FakeEntryPoint("bad", ImportError("no such package"))]
     monkeypatch.setattr(plugins, "entry_points", lambda group: eps if group == plugins.METHOD_ENTRY_POINT_GROUP else [])
-    d = plugins.discover_methods()
+    d = plugins.discover()
     assert d.methods.get("epmethod") is module.EpMethod
     assert d.methods.entry("epmethod").source == "package cirbench-extra 0.4"
     assert any("'bad'" in p for p in d.problems)

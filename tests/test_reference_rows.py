@@ -16,7 +16,7 @@ from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.reference import TextBlind, TextOnly, ZeroShot
 from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, MethodConfig, TrainingContext
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.report import build_report
 from cirbench.report.load import load_results
 from cirbench.report.references import BOUND, reference_stats
@@ -48,7 +48,7 @@ def test_text_blind_ignores_the_text_and_text_only_the_image() -> None:
 
 
 def test_sprc_scores_each_sample_by_its_own_loss_and_the_oracle_keeps_every_negative() -> None:
-    methods = discover_methods().methods
+    methods = discover().methods
     backbone = BACKBONES.get("tiny")(0, Path("unused"), "random")
     batch = _batch(backbone)
     sprc = methods.get("sprc")(backbone, methods.get("sprc").Config(), _context())

@@ -157,7 +157,7 @@ def test_a_plugin_class_without_training_step_is_refused(tmp_path: Path) -> None
     path = _plugin(tmp_path, "lazy", NO_STEP)
     text = _refused(tmp_path, "--plugin", str(path), "--methods", "lazy")
     assert "class Lazy (method 'lazy') does not implement training_step" in text
-    discovery = plugins.discover_methods([path])
+    discovery = plugins.discover([path])
     with pytest.raises(UnknownNameError, match="does not implement training_step"):
         discovery.methods.get("lazy")
     with pytest.raises(GridError, match="does not implement training_step"):
@@ -167,5 +167,5 @@ def test_a_plugin_class_without_training_step_is_refused(tmp_path: Path) -> None
 def test_a_broken_plugin_named_only_in_the_environment_stays_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _plugin(tmp_path, "envbroken", "import this_module_does_not_exist\n")
     monkeypatch.setenv(plugins.PLUGINS_ENV, str(path))
-    discovery = plugins.discover_methods()
+    discovery = plugins.discover()
     assert discovery.errors == [] and any("envbroken.py" in p for p in discovery.problems)

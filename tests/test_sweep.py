@@ -16,7 +16,7 @@ from cirbench.cli import app
 from cirbench.config import build_config
 from cirbench.engine.sweep import SweepError, sweep_rows
 from cirbench.results.labels import TRIAL_LABEL, trial_label
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.report.load import load_results
 from cirbench.report.tuned import trial_selection, tuned_table
 from cirbench.results.store import ResultsStore
@@ -27,7 +27,7 @@ BUILTINS = ["sprc", "tme", "conesep", "hug", "habit", "intent", "oracle"]
 
 
 def test_every_method_declares_a_space_of_its_own_fields_and_every_draw_is_a_valid_config() -> None:
-    discovery = discover_methods([])
+    discovery = discover([])
     for name in BUILTINS:
         config_cls = discovery.methods.get(name).Config
         names = {f.name for f in fields(config_cls)}
@@ -42,7 +42,7 @@ def test_every_method_declares_a_space_of_its_own_fields_and_every_draw_is_a_val
 
 
 def test_a_trial_is_the_same_whichever_other_methods_and_trials_run() -> None:
-    discovery = discover_methods([])
+    discovery = discover([])
     alone = sweep_rows(["conesep"], 3, discovery, "tiny")[1]
     together = sweep_rows(["sprc", "conesep"], 5, discovery, "tiny")[1]
     assert all(together[label] == values for label, values in alone.items())

@@ -16,7 +16,7 @@ from cirbench.data.registry import ShapesLoader
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, TrainingContext
-from cirbench.plugins import discover_methods
+from cirbench.plugins import discover
 from cirbench.registry import Registry
 
 N_SAMPLES, BATCH = 24, 8
@@ -26,7 +26,7 @@ WORDS = "add remove red blue green circle square triangle large small left right
 @pytest.fixture(scope="module")
 def tme_module():
     """The plugin module, loaded through discovery exactly as the harness loads it."""
-    discovery = discover_methods()
+    discovery = discover()
     cls = discovery.methods.get("tme")
     return sys.modules[cls.__module__]
 

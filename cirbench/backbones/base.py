@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Iterable
 
 import numpy as np
@@ -59,14 +60,30 @@ class ComposerOutput:
 
 class Backbone(nn.Module, ABC):
     """Frozen image tower + trainable composer. Subclasses implement the abstract parts;
-    the feature helpers below are shared by every backbone."""
+    the feature helpers below are shared by every backbone.
+
+    A backbone plugin is one such class with a ``name``, a ``description``, a ``default_lr``
+    and the classmethod :meth:`build`, which makes a fresh one for a cell
+    (docs/adding-a-backbone.md); its registry (:data:`cirbench.backbones.registry.BACKBONES`)
+    holds a factory made from the class."""
 
     name: ClassVar[str]
+    description: ClassVar[str] = ""
+    default_weights: ClassVar[str | None] = None
+    """The weights tag used (and recorded) when --weights is not given."""
     hidden_size: int
     embed_dim: int
     num_query_tokens: int
     image_shape: tuple[int, int, int]  # (C, H, W) of the tower's input
     default_lr: float = 1e-5
+    """The fine-tune's learning rate when a method's ``lr`` is None."""
+
+    @classmethod
+    def build(cls, seed: int, cache_dir: Path, weights: str | None) -> "Backbone":
+        """A fresh backbone for one cell: ``seed`` initialises the trainable composer,
+        ``weights`` names pretrained weights (a local directory or a tag; None: the default),
+        ``cache_dir`` holds derived caches. A backbone plugin implements it."""
+        raise NotImplementedError(f"{cls.__qualname__} does not implement build")
 
     query_tokens: nn.Parameter  # (1, Q, H)
     text_proj: nn.Module

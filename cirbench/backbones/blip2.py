@@ -113,6 +113,7 @@ class Blip2Backbone(Backbone):
     """BLIP-2 frozen ViT + trainable Q-Former (see the module docstring)."""
 
     name = "blip2"
+    description = "BLIP-2 ITM checkpoint (transformers): frozen ViT + trainable Q-Former; --weights DIR or cached hub id"
     default_lr = 1e-5
 
     def __init__(self, model: nn.Module, tokenizer: Any, prep: ImagePrep, source: str, max_text_length: int = MAX_TEXT_LENGTH) -> None:
@@ -142,6 +143,11 @@ class Blip2Backbone(Backbone):
         probe = tokenizer(["a"], return_tensors="pt")["input_ids"][0]
         if tokenizer.cls_token_id is None or int(probe[0]) != tokenizer.cls_token_id:
             raise ValueError(f"blip2 weights {source}: the tokenizer does not start texts with a [CLS] token")
+
+    @classmethod
+    def build(cls, seed: int, cache_dir: Path, weights: str | None) -> "Blip2Backbone":
+        """The checkpoint ``weights`` (the Q-Former is pre-trained: ``seed`` changes nothing)."""
+        return cls.from_pretrained(weights)
 
     @classmethod
     def from_pretrained(cls, weights: str | None) -> "Blip2Backbone":

@@ -163,6 +163,7 @@ class ClipBackbone(Backbone):
     """Frozen open_clip towers + trainable composer (see the module docstring)."""
 
     name = "clip"
+    description = "open_clip frozen towers + trainable Q-Former-style composer; --weights ARCH:TAG, ARCH:FILE or DIR"
     default_lr = 1e-4  # the composer starts from random weights (BLIP-2's Q-Former is pretrained)
 
     def __init__(self, model: nn.Module, tokenizer: Any, source: str, composer: ComposerSpec = DEFAULT_COMPOSER, seed: int = 0) -> None:
@@ -194,6 +195,11 @@ class ClipBackbone(Backbone):
             self.final_norm = nn.LayerNorm(hidden)
             self.text_proj = nn.Linear(hidden, self.embed_dim)
             self.vision_proj = nn.Linear(hidden, self.embed_dim)
+
+    @classmethod
+    def build(cls, seed: int, cache_dir: Path, weights: str | None) -> "ClipBackbone":
+        """The towers of ``weights`` and a composer initialised from ``seed``."""
+        return cls.from_weights(weights, seed=seed)
 
     @classmethod
     def from_weights(cls, weights: str | None, seed: int = 0) -> "ClipBackbone":

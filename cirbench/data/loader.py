@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from cirbench.config import ConfigError
 from cirbench.data.base import CIRDataset
 from cirbench.data.problems import CheckReport
+from cirbench.registry import Contract
 
 
 class DatasetLoader:
@@ -42,3 +43,10 @@ class DatasetLoader:
                  allow_missing: bool = False) -> CIRDataset:
         """Load the dataset (``options`` and ``allow_missing`` apply to a dataset read from files)."""
         raise NotImplementedError(f"{type(self).__qualname__} does not implement __call__")
+
+
+DATASET_CONTRACT = Contract(DatasetLoader, "__call__", "__call__(self, cache_dir, data_root, options=None, allow_missing=False) "
+                            "-> CIRDataset", lambda cls: cls())
+"""A dataset plugin: a :class:`DatasetLoader` subclass with a ``name`` that implements
+``__call__``; its registry (:data:`cirbench.data.registry.DATASETS`) holds an instance built
+with no arguments."""

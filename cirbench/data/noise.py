@@ -24,11 +24,11 @@ import pandas as pd
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.hard_noise import HardProtocol
 from cirbench.data.noise_rules import NoiseProtocolError, mislabel_problems, proposal_problems
-from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
+from cirbench.data.proposal import NOISE_CONTRACT, NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
 from cirbench.registry import Registry
 from cirbench.results.atomic import atomic_write_parquet
 
-__all__ = ["NOISE_PROTOCOLS", "NOISE_TYPES", "NoiseContext", "NoiseManifest", "NoiseProtocol", "Proposal", "choose_noisy",
+__all__ = ["NOISE_CONTRACT", "NOISE_PROTOCOLS", "NOISE_TYPES", "NoiseContext", "NoiseManifest", "NoiseProtocol", "Proposal", "choose_noisy",
            "inject_noise"]
 
 NOISE_TYPES = ("clean", "reference", "caption", "target")
@@ -72,10 +72,9 @@ class CaptionProtocol(NoiseProtocol):
         return out
 
 
-NOISE_PROTOCOLS: Registry[type[NoiseProtocol]] = Registry("noise protocol")
-NOISE_PROTOCOLS.add("thirds", ThirdsProtocol)
-NOISE_PROTOCOLS.add("caption", CaptionProtocol)
-NOISE_PROTOCOLS.add("hard", HardProtocol)
+NOISE_PROTOCOLS: Registry[type[NoiseProtocol]] = Registry("noise protocol", (NOISE_CONTRACT,))
+for _builtin in (ThirdsProtocol, CaptionProtocol, HardProtocol):  # as a plugin's class is (cirbench.plugins)
+    NOISE_PROTOCOLS.register(_builtin)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from cirbench.data.base import CIRDataset, TripletSplit
+from cirbench.registry import Contract
 
 
 @dataclass
@@ -52,6 +53,11 @@ class NoiseProtocol:
     def propose(self, split: TripletSplit, rate: float, rng: np.random.Generator, context: NoiseContext) -> Proposal:
         """The proposed corruption of ``split`` at ``rate`` (see :class:`Proposal`)."""
         raise NotImplementedError(f"{type(self).__qualname__} does not implement propose")
+
+
+NOISE_CONTRACT = Contract(NoiseProtocol, "propose", "propose(self, split, rate, rng, context) -> Proposal")
+"""A noise protocol plugin: a :class:`NoiseProtocol` subclass with a ``name`` that implements
+``propose``; its registry (:data:`cirbench.data.noise.NOISE_PROTOCOLS`) holds the class."""
 
 
 def untouched(split: TripletSplit) -> Proposal:

@@ -237,9 +237,14 @@ class FileDatasetLoader(DatasetLoader):
     a :class:`~cirbench.data.loader.DatasetLoader`); the dataset module is imported on first use."""
 
     files = True
+    dataset_module: str = ""
+    """The dataset module's import path, e.g. ``cirbench.data.cirr`` (a subclass sets it)."""
 
-    def __init__(self, name: str, description: str, module: str) -> None:
-        self.name, self.description, self._module_name = name, description, module
+    def __init__(self, name: str | None = None, description: str | None = None, module: str | None = None) -> None:
+        """With no arguments, the subclass's ``name``, ``description`` and ``dataset_module``."""
+        self.name = name if name is not None else type(self).name
+        self.description = description if description is not None else type(self).description
+        self._module_name = module if module is not None else self.dataset_module
 
     def key(self) -> None:
         """None: the content key of files is known only once they are read."""

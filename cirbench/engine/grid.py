@@ -28,7 +28,7 @@ from cirbench.engine.online import OnlineTokens, check_cache_fits
 from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.engine.train import ProgressFn
 from cirbench.method import Method, MethodConfig
-from cirbench.plugins import Discovery, discover_methods
+from cirbench.plugins import Discovery, discover
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.store import CellKey, ResultsFolderError, ResultsStore
 
@@ -154,7 +154,7 @@ class Grid:
 
     def __init__(self, spec: GridSpec, discovery: Discovery | None = None) -> None:
         self.spec = spec
-        self.discovery = discovery or discover_methods(spec.plugin_files)
+        self.discovery = discovery or discover(spec.plugin_files)
         self.store = ResultsStore(spec.output)
         self._dataset: CIRDataset | None = None
         self._tokens: dict[str, np.ndarray] = {}

@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch, weights_digest
-from cirbench.backbones.registry import BackboneFactory
 
 PAD, CLS, VOCAB, MAX_TOKENS = 0, 1, 2048, 24
 PATCH, TOWER_WIDTH = 8, 48
@@ -31,7 +30,15 @@ class PlainBackbone(Backbone):
     """The ``plain`` model (see the module docstring)."""
 
     name = "plain"
+    description = "example plugin: a frozen random patch embedding + a 1-layer transformer composer (docs/adding-a-backbone.md)"
     default_lr = LR
+
+    @classmethod
+    def build(cls, seed: int, cache_dir: Path, weights: str | None) -> "PlainBackbone":
+        """A fresh ``plain`` backbone, its composer initialised from ``seed``; it takes no ``--weights``."""
+        if weights:
+            raise ValueError(f"{cls.name} takes no --weights (got {weights!r}): it starts from scratch")
+        return cls(seed)
 
     def __init__(self, seed: int, hidden_size: int = 64, embed_dim: int = 64, num_query_tokens: int = 4) -> None:
         super().__init__()
@@ -92,17 +99,3 @@ class PlainBackbone(Backbone):
         x = self.norm(self.layer(torch.cat(parts, 1), src_key_padding_mask=torch.cat(padding, 1)))
         n_queries, n_text = q.shape[1], 0 if text is None else text.ids.shape[1]
         return ComposerOutput(query=x[:, :n_queries], text=x[:, n_queries:n_queries + n_text] if text is not None else None)
-
-
-class Plain(BackboneFactory):
-    """Builds :class:`PlainBackbone`; it takes no ``--weights``."""
-
-    name = "plain"
-    description = "example plugin: a frozen random patch embedding + a 1-layer transformer composer (docs/adding-a-backbone.md)"
-    default_lr = LR
-
-    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
-        """A fresh ``plain`` backbone, its composer initialised from ``seed``."""
-        if weights:
-            raise ValueError(f"plain takes no --weights (got {weights!r}): it starts from scratch")
-        return PlainBackbone(seed)

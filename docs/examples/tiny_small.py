@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cirbench.backbones.base import Backbone
-from cirbench.backbones.registry import BackboneFactory
 from cirbench.backbones.tiny import TinyBackbone
 
 
-class TinySmall(BackboneFactory):
-    """Builds the narrow ``tiny`` (see the module docstring); it takes no ``--weights``."""
+class TinySmall(TinyBackbone):
+    """The narrow ``tiny`` (see the module docstring); it takes no ``--weights``."""
 
     name = "tiny-small"
     description = "example plugin: tiny's tower with a 1-layer, width-64 composer from scratch (docs/adding-a-backbone.md)"
     default_lr = 1e-3
 
-    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+    @classmethod
+    def build(cls, seed: int, cache_dir: Path, weights: str | None) -> TinyBackbone:
         """A fresh narrow backbone; the composer is initialised from ``seed``."""
         if weights:
             raise ValueError(f"tiny-small takes no --weights (got {weights!r}): it starts from scratch")
