@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from cirbench.plugins import builtin_methods_dir
@@ -144,3 +145,28 @@ def test_a_role_is_declared_by_the_class_never_inherited() -> None:
     sprc, oracle = methods.get("sprc"), methods.get("oracle")
     assert method_role(sprc) == "baseline" and method_role(oracle) == "perfect_filter"
     assert method_role(type("Mine", (sprc,), {"name": "mine"})) == ""  # built on the baseline, not the baseline
+
+
+def test_a_folder_written_before_roles_loads_and_reads_the_legacy_baseline(tmp_path: Path) -> None:
+    write_golden_results(tmp_path, "partial")
+    for part in (tmp_path / "runs").glob("*.parquet"):  # as a results folder of an earlier version wrote them
+        pq.write_table(pq.read_table(part).drop_columns(["role"]), part)
+    assert set(ResultsStore(tmp_path).read("runs").role) == {""}
+    (setting,) = load_results(tmp_path).settings
+    assert setting.role("baseline") == "sprc" and setting.role("perfect_filter") == "oracle"
+    assert verdicts(paper_claims(setting, n_resamples=N_RESAMPLES)) == json.loads(VERDICTS.read_text())["partial"]
+
+
+def test_every_method_and_ablation_the_shipped_claims_name_exists() -> None:
+    """Renaming a method or an ablation variant fails here, not silently as a claim 'not run'."""
+    from cirbench.plugins import discover
+
+    methods = discover().methods
+    named = {n for claim in read_claims(REPORT / "claims.toml") for check in claim.checks for n in (*check.methods, *check.against)}
+    named |= {read_published().baseline, *read_published().robust}
+    missing = []
+    for name in sorted(n for n in named if not n.startswith("{")):
+        base, _, variant = name.partition(":")
+        if base not in methods or (variant and variant not in methods.get(base).ablations):
+            missing.append(name)
+    assert missing == [] and len(named) > 10
