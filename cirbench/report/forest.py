@@ -161,7 +161,8 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
     alt = (f"Forest plot in {len(panels)} panels, one per unit: {counts}; rows grouped under claims "
            f"{', '.join(map(str, groups))}, each a difference with its intervals against a dashed threshold, "
            "coloured by verdict (blue holds, vermillion does not hold, grey inconclusive).")
-    return save_figure(draw_forest(panels, metric), out, "claims_forest", "The claims at a glance",
+    return save_figure(draw_forest(panels, metric), out, "claims_forest",
+                       "The claims at a glance: each comparison against its threshold, by unit",
                        "One panel per unit (recall, purity, AUROC), the rows grouped by claim (numbered as in the claims "
                        "table): the dot is the mean difference over seeds, the thick bar its 95% t interval over seeds, the "
                        "thin bar its 95% paired bootstrap interval over validation queries (training samples for purity and "

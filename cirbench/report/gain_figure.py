@@ -47,7 +47,7 @@ def _panel(ax, gains: pd.DataFrame, methods: list[str], oracles: set[str], style
     for oracle in oracles:
         for xi, rate in zip(x, rates):
             cap = gains.loc[rate, (oracle, "mean")]
-            if np.isfinite(cap):
+            if rate > 0 and np.isfinite(cap):  # without noise the filter has nothing to remove
                 ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
                 ax.annotate(f"cap {cap:+.1f}", (xi + 0.45, cap), xytext=(2, 2), textcoords="offset points", fontsize=8)
                 caps[float(rate)] = float(cap)

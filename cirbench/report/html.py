@@ -59,6 +59,7 @@ table.leaderboard tr.unranked-title td { border-top: 1px solid #999; color: #555
                                          padding-top: 0.4em; }
 table.leaderboard tr.perfect-filter td, table.leaderboard tr.bound td, table.leaderboard tr.reference td { color: #555; }
 table.leaderboard td b { color: #000; }
+table.leaderboard span.mk { display: inline-block; width: 1.2em; text-align: left; }
 .legend { color: #444; font-size: 0.82em; margin: 0.2em 0; max-width: 75em; }
 nav.contents ul { margin: 0.2em 0; } nav.contents li { margin: 0.1em 0; }
 h2.leaderboard { margin-top: 0.8em; font-size: 1.2em; }

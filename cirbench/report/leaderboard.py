@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import pandas as pd
 
 from cirbench.report.bootstrap import N_RESAMPLES
-from cirbench.report.claims import recall_judge
+from cirbench.report.claims import Check, recall_judge
 from cirbench.report.load import Setting
 from cirbench.report.references import BOUND, reference_stats
 from cirbench.report.selection import RuleView, rule_view
-from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, difference
+from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
 from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns, summarize
 from cirbench.results.selection import DEFAULT_RULE
 
@@ -36,6 +37,8 @@ VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNS
 """The verdict of ``method - sprc > 0`` as the leaderboard names it."""
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
+Judge = Callable[[str, Sequence[Term]], Check]
+"""The claims' comparison of ``terms > 0`` (:func:`~cirbench.report.claims.recall_judge`)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def epochs_text(view: RuleView) -> str:
     return f"at the epoch the `{view.rule}` rule selects (the claims' rule)"
 
 
-def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge) -> None:
+def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge: Judge) -> None:
     """Mark each column's leader :data:`BEST` where the claims' rule puts it ahead of every
     other ranked method, else it and those it is not ahead of :data:`TIED`."""
     for rate in rates:
@@ -133,7 +136,7 @@ def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge) -> None:
 
 
 def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[str, str | None], start: float,
-           judge) -> dict[float, LeaderCell]:
+           judge: Judge) -> dict[float, LeaderCell]:
     cells = {}
     for rate in setting.rates:
         metric = _stat(stats, (rate, method), columns[0])

@@ -78,7 +78,7 @@ def _row_html(row: LeaderRow, board: Leaderboard) -> str:
         return f'<tr class="{row.kind}">{label}<td class="span" colspan="{width}">{html.escape(text)} (at every noise rate)</td></tr>'
     parts = []
     for rate in board.rates:
-        pair = _pair(row.cells.get(rate), board, _html_emphasis, lambda c: html.escape(cell_mark(c)),
+        pair = _pair(row.cells.get(rate), board, _html_emphasis, lambda c: f'<span class="mk">{html.escape(cell_mark(c))}</span>',
                      lambda c: html.escape(recall_text(c)))
         parts += [f'<td class="m">{pair[0]}</td>'] + [f'<td class="r">{p}</td>' for p in pair[1:]]
     return f'<tr class="{row.kind.replace(" ", "-")}">{label}{"".join(parts)}</tr>'

@@ -12,7 +12,7 @@ from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_colu
 
 BOUND = f"{BASELINE} at 0% noise (bound)"
 REFERENCE_STYLES: dict[str, dict] = {
-    "zero_shot": {"color": "0.3", "linestyle": (0, (6, 2)), "linewidth": 1.4},
+    "zero_shot": {"color": "0.45", "linestyle": "-", "linewidth": 1.2},
     "text_blind": {"color": "0.55", "linestyle": ":", "linewidth": 1.6},
     "text_only": {"color": "0.45", "linestyle": (0, (3, 1, 1, 1, 1, 1)), "linewidth": 1.3},
     BOUND: {"color": "0.15", "linestyle": "-.", "linewidth": 1.0},
