@@ -17,9 +17,9 @@ explain, never a robustness result (its numbers are still shown).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ import pandas as pd
 from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
-    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
+    INCONCLUSIVE, NON_INFERIORITY, NOT_RUN, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
     kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.report.selection import describe_rule, rule_view
@@ -71,6 +71,10 @@ class Check:
     comparison: Comparison | None = None
     """The paired comparison behind the numbers (its mean, intervals and threshold), for the
     forest plot; None for a check that is not a difference (the kept set against chance)."""
+    unit: str = ""
+    """What is compared: ``recall``, ``purity`` or ``AUROC`` (empty for a check not run)."""
+    kept_sets: tuple[KeptSetTest, ...] = ()
+    """The kept-set tests of a check against chance, one per seed (empty for a comparison)."""
 
 
 @dataclass
@@ -80,6 +84,8 @@ class Claim:
     text: str
     source: str
     checks: list[Check] = field(default_factory=list)
+    short: str = ""
+    """A title of a few words, for the forest plot's group labels."""
     other_rules: dict[str, str] = field(default_factory=dict)
     """The verdict under each other selection rule that gives a different one
     (:mod:`cirbench.results.selection`), e.g. ``{"val_peek": "holds"}``."""
@@ -121,7 +127,7 @@ def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
     cells = _collapsed_cells(runs, terms)
     if not cells or check.verdict == NOT_RUN:
         return check
-    return Check(check.label, INCONCLUSIVE, check.numbers, cells, check.comparison)
+    return replace(check, verdict=INCONCLUSIVE, collapsed=cells)
 
 
 class _Evidence:
@@ -164,7 +170,7 @@ class _Evidence:
             result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
         except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit="recall"), self.runs, terms)
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
                      noise_type: str | None = None, offset: float = 0.0) -> Check:
@@ -182,16 +188,25 @@ class _Evidence:
             )
         except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
+        unit = "purity" if metric == "purity" else "AUROC"
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit=unit), self.runs, terms)
 
     def _sample_point(self, scores: pd.DataFrame, run_id: str, metric: str, noise_type: str | None) -> float:
         values = self.samples.values(scores, [run_id], metric, noise_type, resampled=False)
         return math.nan if values is None else float(values[0, 0])
 
 
+def recall_judge(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Callable[[str, Sequence[Term]], Check]:
+    """The claims' comparison of the headline recall on ``setting`` as given, its query
+    resamples shared by every call: ``judge(label, terms)`` is the :class:`Check` a claim
+    makes of ``terms > 0`` (collapsed cells inconclusive), with the same verdicts as the
+    claims for the same ``n_resamples`` and ``seed``."""
+    return _Evidence(setting, n_resamples, seed).recall_check
+
+
 def _robust_beat_sprc(ev: _Evidence) -> Claim:
     claim = Claim(f"Robust methods (tme, conesep) beat {BASELINE} at 50% and 80% noise, and the gap widens with the rate",
-                  "ConeSep Sec. 4.2, Tables 1-2")
+                  "ConeSep Sec. 4.2, Tables 1-2", short="tme, conesep beat sprc under noise")
     for method in ROBUST:
         for rate in (0.5, 0.8):
             claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at {rate_label(rate)}", difference(method, BASELINE, rate)))
@@ -211,12 +226,12 @@ def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", thres
 
 
 def _every_rate(ev: _Evidence, winner: str, loser: str, text: str, source: str) -> Claim:
-    return Claim(text, source, _rate_checks(ev, winner, loser))
+    return Claim(text, source, _rate_checks(ev, winner, loser), short=f"{winner} beats {loser}")
 
 
 def _cleaner_kept_set(ev: _Evidence) -> Claim:
     claim = Claim("conesep's kept set is cleaner than tme's at 80% noise, notably against caption swaps (hard noise)",
-                  "ConeSep App. C.3, Fig. 6")
+                  "ConeSep App. C.3, Fig. 6", short="conesep keeps a cleaner set than tme")
     terms = difference("conesep", "tme", 0.8)
     claim.checks.append(ev.sample_check("purity: conesep - tme at 80%", terms, "purity"))
     claim.checks.append(ev.sample_check("purity against caption swaps: conesep - tme at 80%", terms, "purity", noise_type=CAPTION))
@@ -224,7 +239,8 @@ def _cleaner_kept_set(ev: _Evidence) -> Claim:
 
 
 def _no_loss_without_noise(ev: _Evidence) -> Claim:
-    claim = Claim(f"At 0% noise no robust method loses more than a point to {BASELINE}", "ConeSep Table 1 (0% rows)")
+    claim = Claim(f"At 0% noise no robust method loses more than a point to {BASELINE}", "ConeSep Table 1 (0% rows)",
+                  short="no loss at 0% (tme, conesep, hug)")
     for method in (*ROBUST, "hug"):
         claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
                                             threshold=NON_INFERIORITY))
@@ -232,7 +248,8 @@ def _no_loss_without_noise(ev: _Evidence) -> Claim:
 
 
 def _conesep_modules(ev: _Evidence) -> Claim:
-    claim = Claim("Each ConeSep module helps: the full method beats every variant without one", "ConeSep Table 3, Sec. 4.3")
+    claim = Claim("Each ConeSep module helps: the full method beats every variant without one", "ConeSep Table 3, Sec. 4.3",
+                  short="each ConeSep module helps")
     for variant, module in CONESEP_MODULES.items():
         claim.checks += _rate_checks(ev, "conesep", f"conesep:{variant}", prefix=f"{module}: ")
     return claim
@@ -240,7 +257,7 @@ def _conesep_modules(ev: _Evidence) -> Claim:
 
 def _uncertainty_marks_noise(ev: _Evidence) -> Claim:
     claim = Claim("HUG's uncertainty marks bad triplets: AUROC against the true noise flags above 0.5",
-                  "HUG, uncertainty analysis (Fig. 4)")
+                  "HUG, uncertainty analysis (Fig. 4)", short="HUG's uncertainty marks noise")
     rates = [r for r in ev.rates("hug") if r > 0]
     for rate in rates:
         for name, what in ((MAIN_SCORE, "coordination uncertainty"), (OVERALL_UNCERTAINTY, "overall uncertainty")):
@@ -252,7 +269,8 @@ def _uncertainty_marks_noise(ev: _Evidence) -> Claim:
 
 
 def _hug_ladder(ev: _Evidence) -> Claim:
-    claim = Claim("HUG's Table 3 ladder: each added part does not lower recall (by more than a point)", "HUG Table 3")
+    claim = Claim("HUG's Table 3 ladder: each added part does not lower recall (by more than a point)", "HUG Table 3",
+                  short="HUG's ladder does not lower recall")
     for before, after in zip(HUG_LADDER, HUG_LADDER[1:]):
         claim.checks += _rate_checks(ev, after, before, threshold=NON_INFERIORITY)
     return claim
@@ -260,7 +278,8 @@ def _hug_ladder(ev: _Evidence) -> Claim:
 
 def _table_robust_beat_sprc(ev: _Evidence) -> Claim:
     claim = Claim(f"habit and intent beat {BASELINE} at every noise rate above 0% run",
-                  "ConeSep, Tables 1-2: the HABIT and INTENT rows against SPRC at 20%, 50% and 80%")
+                  "ConeSep, Tables 1-2: the HABIT and INTENT rows against SPRC at 20%, 50% and 80%",
+                  short="habit, intent beat sprc under noise")
     for method in CONESEP_TABLE_ROBUST:
         rates = [r for r in ev.rates(method, BASELINE) if r > 0]
         claim.checks += [ev.recall_check(f"{method} - {BASELINE} at {rate_label(r)}", difference(method, BASELINE, r))
@@ -272,7 +291,8 @@ def _table_robust_beat_sprc(ev: _Evidence) -> Claim:
 
 def _conesep_beats_table_robust(ev: _Evidence) -> Claim:
     claim = Claim("conesep beats habit and intent at every noise rate run",
-                  "ConeSep, Sec. 4.2 and Tables 1-2: ConeSep against the HABIT and INTENT rows")
+                  "ConeSep, Sec. 4.2 and Tables 1-2: ConeSep against the HABIT and INTENT rows",
+                  short="conesep beats habit, intent")
     for method in CONESEP_TABLE_ROBUST:
         claim.checks += _rate_checks(ev, "conesep", method)
     return claim
@@ -280,7 +300,7 @@ def _conesep_beats_table_robust(ev: _Evidence) -> Claim:
 
 def _table_robust_no_loss_without_noise(ev: _Evidence) -> Claim:
     claim = Claim(f"At 0% noise habit and intent lose no more than a point to {BASELINE}",
-                  "ConeSep, Tables 1-2: the 0% rows of HABIT, INTENT and SPRC")
+                  "ConeSep, Tables 1-2: the 0% rows of HABIT, INTENT and SPRC", short="no loss at 0% (habit, intent)")
     for method in CONESEP_TABLE_ROBUST:
         claim.checks.append(ev.recall_check(f"{method} - {BASELINE} at 0% > -0.01", difference(method, BASELINE, 0.0),
                                             threshold=NON_INFERIORITY))
@@ -296,19 +316,32 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     rows = rows.merge(setting.runs[["run_id", "n_noisy"]], on="run_id").dropna(subset=["n_selected", "n_selected_clean"])
     if rows.empty:
         return Check(label, NOT_RUN, f"not run: no kept set of {method} at {rate_label(rate)}")
-    verdicts, parts = [], []
+    tests, parts = [], []
     for row in rows.sort_values("seed").itertuples(index=False):
         test = kept_set_test(int(row.n_samples), int(row.n_samples - row.n_noisy), int(row.n_selected), int(row.n_selected_clean))
-        verdicts.append(kept_set_verdict(test))
-        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance (p={test.p_cleaner:.1g})")
-    if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
-        return _guarded(Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"])), setting.runs, [Term(method, rate)])
-    return _guarded(Check(label, combine_verdicts(verdicts), "; ".join(parts)), setting.runs, [Term(method, rate)])
+        tests.append(test)
+        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance "
+                     f"({p_value(test.p_cleaner)})")
+    if len(tests) < 2:  # as for the intervals: one seed is never a verdict
+        check = Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"]), unit="purity", kept_sets=tuple(tests))
+    else:
+        check = Check(label, combine_verdicts(kept_set_verdict(t) for t in tests), "; ".join(parts), unit="purity",
+                      kept_sets=tuple(tests))
+    return _guarded(check, setting.runs, [Term(method, rate)])
+
+
+P_FLOOR = 1e-4
+"""The smallest p-value printed as a number; below it the report says ``p < 1e-4``."""
+
+
+def p_value(p: float) -> str:
+    """A p-value as the report prints it: ``p=0.003``, or ``p < 1e-4`` below :data:`P_FLOOR`."""
+    return "p < 1e-4" if p < P_FLOOR else f"p={p:.1g}"
 
 
 def _kept_sets_beat_chance(ev: _Evidence) -> Claim:
     claim = Claim("The kept sets of tme and conesep are cleaner than a random subset of the same size at 50% and 80% "
-                  "noise, on every seed", "ConeSep Fig. 6, App. C.3")
+                  "noise, on every seed", "ConeSep Fig. 6, App. C.3", short="kept sets cleaner than chance")
     claim.checks += [kept_set_check(ev.setting, method, rate) for method in ROBUST for rate in (0.5, 0.8)]
     return claim
 
