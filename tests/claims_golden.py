@@ -1,6 +1,7 @@
 """The claims' verdicts on one constructed ``shapes-mini`` results folder that runs every
 claim (ablation rows and HUG's ladder included), as ``tests/claims_verdicts.json`` holds
-them: computed by the report's code before the claims became data (issue 46), so that
+them: computed by the report's code before the claims became data (issue 46; main at
+50818f3, after issue 47's wording of p-values and short titles), so that
 ``test_claims_data.py`` can show the claims read from a file give the very same verdicts.
 
 ``python tests/claims_golden.py`` rewrites the file (only ever to record a deliberate change)."""
@@ -49,8 +50,8 @@ def write_golden_results(root: Path, folder: str) -> None:
 
 
 def verdicts(claims: list) -> list[dict]:
-    """Each claim as data: its text, source, verdict and checks (label, verdict, numbers)."""
-    return [{"text": c.text, "source": c.source, "verdict": c.verdict_text,
+    """Each claim as data: its text, source, short title, verdict and checks (label, verdict, numbers)."""
+    return [{"text": c.text, "source": c.source, "short": c.short, "verdict": c.verdict_text,
              "checks": [[k.label, k.verdict, k.numbers] for k in c.checks]} for c in claims]
 
 

@@ -121,9 +121,11 @@ def test_the_shipped_file_reads_and_its_claims_are_the_reports(tmp_path: Path) -
     assert published.baseline not in published.robust and published.floor
 
 
-PENDING = {"figures.py", "readme.py", "significance.py", "tables.py"}
-"""The modules that still name a method: issue 47 (the report's layout) is reworking them;
-each leaves this set once it names none (the test fails until it does)."""
+PENDING = {"content.py", "figures.py", "forest.py", "gain_figure.py", "layout.py", "leaderboard.py", "leaderboard_render.py",
+           "palette.py", "readme.py", "significance.py", "tables.py"}
+"""The modules that still name a method (the layout of issue 47: the baseline as ``tables.BASELINE``,
+the palette's fixed colours, docstrings): each leaves this set once it names none (the test
+fails until it does); the claims, the calibration, the room to win and the loading are clean."""
 
 
 def test_no_report_module_names_a_method() -> None:

@@ -53,10 +53,11 @@ def test_the_report_shows_the_room_above_the_claims_and_their_forest_plot(tmp_pa
     assert f"]({forest.relative_to(page.parent).as_posix()})" in markdown
     claims = paper_claims(load_results(tmp_path / "results").settings[0], n_resamples=50)
     rows = plotted_checks(claims)
-    assert rows and all(check.comparison is not None for _, check in rows)
+    assert rows and all(check.comparison is not None or check.kept_sets for _, check in rows)
     assert {number for number, _ in rows} <= set(range(1, len(claims) + 1))
-    with_difference = [c for claim in claims for c in claim.checks if c.comparison is not None and c.verdict != "not run"]
-    assert len(rows) == len(with_difference)
+    drawn = [c for claim in claims for c in claim.checks if (c.comparison is not None and c.verdict != "not run") or c.kept_sets]
+    assert len(rows) == len(drawn)
+    assert 9 in {number for number, check in rows if check.kept_sets}  # the kept sets against chance are drawn too
 
 
 def test_the_room_section_renders_when_the_filter_ran(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from cirbench.report.cells_csv import write_final_metrics
+from cirbench.report.cells_csv import write_final_metrics, write_selected_metrics, write_table
 from cirbench.report.content import assemble
 from cirbench.report.html import render_html
+from cirbench.report.leaderboard_render import LEADERBOARD_FILES, leaderboard_frame, leaderboard_tex
 from cirbench.report.load import load_results
 from cirbench.report.markdown import render_markdown
 from cirbench.report.published import load_published
@@ -17,8 +18,10 @@ from cirbench.results.atomic import atomic_write
 def build_report(results_dir: Path | str, output_dir: Path | str, published: Sequence[Path | str] = ()) -> Path:
     """Build the report of ``results_dir`` into ``output_dir`` and return the HTML page's path.
 
-    Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png`` and the setting's table of
-    cells (``final_metrics.csv``, :mod:`cirbench.report.cells_csv`) per setting, ``report.md``
+    Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png``, the setting's tables of cells
+    (``final_metrics.csv`` and ``selected_metrics.csv``, :mod:`cirbench.report.cells_csv`)
+    and its leaderboard (``leaderboard.csv`` and ``leaderboard.tex``,
+    :mod:`cirbench.report.leaderboard_render`) per setting, ``report.md``
     (linking those PNGs) and a self-contained ``index.html`` (embedding them). Figure folders
     of settings no longer in the results are left alone; a setting's folder is rewritten
     whole, so figures that no longer apply do not linger. FashionIQ and CIRR settings get the
@@ -34,11 +37,17 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
     for setting in data.settings:
         folder = output / setting.slug
         if folder.is_dir():
-            for stale in folder.glob("*.png"):
-                stale.unlink()
+            for stale in [*folder.glob("*.png"), *(folder / name for name in LEADERBOARD_FILES)]:
+                stale.unlink(missing_ok=True)
     content = assemble(data, output, numbers)
-    for setting in data.settings:
-        write_final_metrics(setting, output / setting.slug)
+    for section in content.sections:
+        folder = output / section.setting.slug
+        write_final_metrics(section.setting, folder)
+        write_selected_metrics(section.setting, folder)
+        if section.leaderboard is not None:
+            csv, tex = LEADERBOARD_FILES
+            write_table(leaderboard_frame(section.leaderboard), folder / csv)
+            _write_text(folder / tex, leaderboard_tex(section.leaderboard))
     markdown = render_markdown(content, output)
     page = render_html(content)
     _write_text(output / "report.md", markdown)

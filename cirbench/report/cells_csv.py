@@ -1,5 +1,6 @@
-"""The report's table of cells: every trained cell's final validation metrics, one CSV per
-setting (``<report>/<setting>/final_metrics.csv``), committed with the report.
+"""The report's tables of cells: every trained cell's final validation metrics, one CSV per
+setting (``<report>/<setting>/final_metrics.csv``), committed with the report, and beside it
+the same cells' metrics at the epoch the claims read (``selected_metrics.csv``).
 
 It is what another machine compares its own cells with (``benchmarks/reproduce_report.py
 --reference reports``) without the results folder, which is generated and never committed:
@@ -14,9 +15,12 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.load import SETTING_COLUMNS, Setting, final_epoch
+from cirbench.report.selection import rule_view
 from cirbench.results.atomic import atomic_write
+from cirbench.results.selection import DEFAULT_RULE
 
 FINAL_METRICS_FILE = "final_metrics.csv"
+SELECTED_METRICS_FILE = "selected_metrics.csv"
 RUN_COLUMNS: list[str] = [*SETTING_COLUMNS, "method", "noise_rate", "seed", "run_id", "start_key", "epochs", "holdout"]
 """The columns every row carries before its metrics."""
 
@@ -35,11 +39,31 @@ def final_metrics_table(setting: Setting) -> pd.DataFrame:
     return table.sort_values(["method", "noise_rate", "seed"]).reset_index(drop=True)
 
 
+def selected_metrics_table(setting: Setting, rule: str = DEFAULT_RULE) -> pd.DataFrame:
+    """:func:`final_metrics_table` at the epoch ``rule`` selects (the claims' and the
+    leaderboard's): each row's ``rule`` and ``selected_epoch`` (counted from 1, as the figures
+    count, so equal to ``epochs`` where the rule picked the last) before its metrics."""
+    view = rule_view(setting, rule)
+    table = final_metrics_table(view.setting)
+    at = sum(c in table.columns for c in RUN_COLUMNS)
+    table.insert(at, "selected_epoch", table.run_id.map(view.epochs).astype("int64") + 1)
+    table.insert(at, "rule", rule)
+    return table
+
+
 def write_final_metrics(setting: Setting, folder: Path) -> Path:
     """Write :func:`final_metrics_table` of ``setting`` into ``folder`` (atomically); its path."""
-    path = folder / FINAL_METRICS_FILE
-    table = final_metrics_table(setting)
-    folder.mkdir(parents=True, exist_ok=True)
+    return write_table(final_metrics_table(setting), folder / FINAL_METRICS_FILE)
+
+
+def write_selected_metrics(setting: Setting, folder: Path) -> Path:
+    """Write :func:`selected_metrics_table` of ``setting`` into ``folder`` (atomically); its path."""
+    return write_table(selected_metrics_table(setting), folder / SELECTED_METRICS_FILE)
+
+
+def write_table(table: pd.DataFrame, path: Path) -> Path:
+    """Write ``table`` as CSV at ``path`` (atomically, readable by all); its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
         table.to_csv(tmp, index=False, float_format="%.6f")

@@ -74,6 +74,8 @@ class ClaimSpec:
     source: str
     checks: tuple[CheckSpec, ...]
     origin: str = ""
+    short: str = ""
+    """A title of a few words, for the forest plot's group labels."""
 
 
 @dataclass(frozen=True)
@@ -166,14 +168,16 @@ def read_claims(path: Path | str) -> list[ClaimSpec]:
         for key in ("text", "source"):
             if not isinstance(raw.get(key), str) or not raw[key]:
                 raise ClaimFileError(f"{where}: {key} must be a non-empty string")
-        unknown = set(raw) - {"text", "source", "check"}
+        unknown = set(raw) - {"text", "source", "short", "check"}
         if unknown:
-            raise ClaimFileError(f"{where} ({raw['text']!r}): unknown key {sorted(unknown)[0]!r} (keys: text, source, check)")
+            raise ClaimFileError(f"{where} ({raw['text']!r}): unknown key {sorted(unknown)[0]!r} (keys: text, source, short, check)")
+        if not isinstance(raw.get("short", ""), str):
+            raise ClaimFileError(f"{where} ({raw['text']!r}): short must be a string")
         checks = raw.get("check", [])
         if not isinstance(checks, list) or not checks:
             raise ClaimFileError(f"{where} ({raw['text']!r}): no check ([[claim.check]])")
         specs = tuple(_check_spec(c, f"{where} ({raw['text']!r}), check {j}") for j, c in enumerate(checks, 1))
-        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path)))
+        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path), raw.get("short", "")))
     return claims
 
 

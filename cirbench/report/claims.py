@@ -18,9 +18,9 @@ explain, never a robustness result (its numbers are still shown).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,7 @@ from cirbench.report.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstr
 from cirbench.report.claim_files import ALL, METRICS, NOISY, CheckSpec, ClaimSpec, all_claims
 from cirbench.report.load import Setting, final_epoch
 from cirbench.report.significance import (
-    INCONCLUSIVE, NOT_RUN, VERDICTS, Comparison, Term, cell_runs, combine_verdicts, difference,
+    INCONCLUSIVE, NOT_RUN, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
     kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.report.selection import describe_rule, rule_view
@@ -60,6 +60,10 @@ class Check:
     comparison: Comparison | None = None
     """The paired comparison behind the numbers (its mean, intervals and threshold), for the
     forest plot; None for a check that is not a difference (the kept set against chance)."""
+    unit: str = ""
+    """What is compared: ``recall``, ``purity`` or ``AUROC`` (empty for a check not run)."""
+    kept_sets: tuple[KeptSetTest, ...] = ()
+    """The kept-set tests of a check against chance, one per seed (empty for a comparison)."""
 
 
 @dataclass
@@ -69,6 +73,8 @@ class Claim:
     text: str
     source: str
     checks: list[Check] = field(default_factory=list)
+    short: str = ""
+    """A title of a few words, for the forest plot's group labels."""
     other_rules: dict[str, str] = field(default_factory=dict)
     """The verdict under each other selection rule that gives a different one
     (:mod:`cirbench.results.selection`), e.g. ``{"val_peek": "holds"}``."""
@@ -110,7 +116,7 @@ def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
     cells = _collapsed_cells(runs, terms)
     if not cells or check.verdict == NOT_RUN:
         return check
-    return Check(check.label, INCONCLUSIVE, check.numbers, cells, check.comparison)
+    return replace(check, verdict=INCONCLUSIVE, collapsed=cells)
 
 
 class _Evidence:
@@ -164,7 +170,7 @@ class _Evidence:
             result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
         except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit="recall"), self.runs, terms)
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
                      noise_type: str | None = None, offset: float = 0.0) -> Check:
@@ -182,11 +188,20 @@ class _Evidence:
             )
         except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
             return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
-        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result), self.runs, terms)
+        unit = "purity" if metric == "purity" else "AUROC"
+        return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit=unit), self.runs, terms)
 
     def _sample_point(self, scores: pd.DataFrame, run_id: str, metric: str, noise_type: str | None) -> float:
         values = self.samples.values(scores, [run_id], metric, noise_type, resampled=False)
         return math.nan if values is None else float(values[0, 0])
+
+
+def recall_judge(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Callable[[str, Sequence[Term]], Check]:
+    """The claims' comparison of the headline recall on ``setting`` as given, its query
+    resamples shared by every call: ``judge(label, terms)`` is the :class:`Check` a claim
+    makes of ``terms > 0`` (collapsed cells inconclusive), with the same verdicts as the
+    claims for the same ``n_resamples`` and ``seed``."""
+    return _Evidence(setting, n_resamples, seed).recall_check
 
 
 def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0,
@@ -258,7 +273,8 @@ def _checks(ev: _Evidence, spec: CheckSpec) -> list[Check]:
 
 def check_claim(ev: _Evidence, spec: ClaimSpec) -> Claim:
     """One declared claim checked on the evidence (roles in its text filled in)."""
-    return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check)])
+    return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check)],
+                 short=ev.fill(spec.short))
 
 
 def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
@@ -270,14 +286,27 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     rows = rows.merge(setting.runs[["run_id", "n_noisy"]], on="run_id").dropna(subset=["n_selected", "n_selected_clean"])
     if rows.empty:
         return Check(label, NOT_RUN, f"not run: no kept set of {method} at {rate_label(rate)}")
-    verdicts, parts = [], []
+    tests, parts = [], []
     for row in rows.sort_values("seed").itertuples(index=False):
         test = kept_set_test(int(row.n_samples), int(row.n_samples - row.n_noisy), int(row.n_selected), int(row.n_selected_clean))
-        verdicts.append(kept_set_verdict(test))
-        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance (p={test.p_cleaner:.1g})")
-    if len(verdicts) < 2:  # as for the intervals: one seed is never a verdict
-        return _guarded(Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"])), setting.runs, [Term(method, rate)])
-    return _guarded(Check(label, combine_verdicts(verdicts), "; ".join(parts)), setting.runs, [Term(method, rate)])
+        tests.append(test)
+        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance "
+                     f"({p_value(test.p_cleaner)})")
+    if len(tests) < 2:  # as for the intervals: one seed is never a verdict
+        check = Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"]), unit="purity", kept_sets=tuple(tests))
+    else:
+        check = Check(label, combine_verdicts(kept_set_verdict(t) for t in tests), "; ".join(parts), unit="purity",
+                      kept_sets=tuple(tests))
+    return _guarded(check, setting.runs, [Term(method, rate)])
+
+
+P_FLOOR = 1e-4
+"""The smallest p-value printed as a number; below it the report says ``p < 1e-4``."""
+
+
+def p_value(p: float) -> str:
+    """A p-value as the report prints it: ``p=0.003``, or ``p < 1e-4`` below :data:`P_FLOOR`."""
+    return "p < 1e-4" if p < P_FLOOR else f"p={p:.1g}"
 
 
 def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Claim]:

@@ -1,6 +1,6 @@
-"""What a report holds, independent of its format: per setting the at-a-glance lines, the
-papers' claims checked, the tables and the written figures; the failed or missing cells;
-the provenance."""
+"""What a report holds, independent of its format: per setting the leaderboard, the
+at-a-glance lines, the papers' claims checked, the tables and the written figures; the failed
+or missing cells; the provenance."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from cirbench.report.calibration import room_lines
 from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.forest import claims_forest
+from cirbench.report.gain_figure import gain_figure
 from cirbench.report.glance import at_a_glance
+from cirbench.report.leaderboard import Leaderboard, build_leaderboard
 from cirbench.report.load import ReportData, Setting
 from cirbench.results.labels import TRIAL_LABEL
 from cirbench.report.references import reference_table
@@ -23,6 +25,10 @@ from cirbench.report.reproduction import reproduction_table
 from cirbench.report.selection import selection_table
 from cirbench.report.tuned import tuned_table
 from cirbench.report.tables import TableModel, ablation_table, gain_table, purity_table, recall_table
+
+
+LEAD_FIGURES: tuple[str, ...] = ("gain_over_sprc", "recall_vs_noise", "purity_bars")
+"""The figures a section shows first (by file name), in this order."""
 
 
 @dataclass
@@ -39,6 +45,9 @@ class Section:
     room: list[str] = field(default_factory=list)
     """How much there is to win at each noise rate (the perfect filter's won-back share)."""
     claims_figure: FigureFile | None = None
+    leaderboard: Leaderboard | None = None
+    lead_figures: list[FigureFile] = field(default_factory=list)
+    """The figures shown first, under the contents: the gain over sprc, recall against noise, purity."""
 
 
 @dataclass
@@ -113,10 +122,13 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       purity_table(setting), selection_table(setting), tuned_table(setting),
                       reproduction_table(setting, published))
         tables = [t for t in candidates if t is not None]
-        figures = all_figures(setting, output / setting.slug)
+        figures = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
+        figures += all_figures(setting, output / setting.slug)
+        lead = [f for f in figures if f.path.stem in LEAD_FIGURES]
         claims, metric = paper_claims(setting), claims_metric(setting)
-        sections.append(Section(setting, at_a_glance(setting), tables, figures, claims, metric, claims_selection(setting),
-                                room_lines(setting), claims_forest(claims, output / setting.slug, metric)))
+        sections.append(Section(setting, at_a_glance(setting), tables, [f for f in figures if f not in lead], claims, metric,
+                                claims_selection(setting), room_lines(setting),
+                                claims_forest(claims, output / setting.slug, metric), build_leaderboard(setting), lead))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

@@ -8,8 +8,6 @@ method that never partitions has no purity bars; a grid without noise has no ROC
 from __future__ import annotations
 
 import math
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure  # noqa: F401  (re-exported)
 from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
+from cirbench.report.palette import method_styles
 from cirbench.report.references import OTHER_STYLE, REFERENCE_STYLES, reference_stats
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
@@ -29,29 +29,6 @@ from cirbench.report.tables import (
 
 CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive
 NOISY_COLOUR = "#E8829F"  # ConeSep Fig. 6: pink Wrong Positive
-DPI = 110
-
-
-@dataclass(frozen=True)
-class FigureFile:
-    """A written figure: its path, a short title and a caption saying how to read it."""
-
-    path: Path
-    title: str
-    caption: str
-
-
-def method_styles(setting: Setting) -> dict[str, dict]:
-    """A fixed colour, line style and marker per method; oracles dashed and black."""
-    palette = colormaps["tab10"].colors
-    styles, i = {}, 0
-    for method in setting.methods:
-        if method in setting.oracles:
-            styles[method] = {"color": "black", "linestyle": "--", "marker": "s"}
-        else:
-            styles[method] = {"color": palette[i % len(palette)], "linestyle": "-", "marker": "o"}
-            i += 1
-    return styles
 
 
 def _label(setting: Setting, method: str) -> str:
@@ -84,19 +61,6 @@ def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width
         ax.set_visible(False)
     figure_title(fig, title, width * ncols)
     return fig, axes[:n]
-
-
-def figure_title(fig: Figure, title: str, width_in: float) -> None:
-    """Set ``fig``'s title, wrapped to its width."""
-    fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width_in * 11)))), fontsize=11)
-
-
-def save_figure(fig: Figure, out: Path, name: str, title: str, caption: str) -> FigureFile:
-    """Write ``fig`` as ``out/<name>.png`` and return it with its title and caption."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=DPI)
-    return FigureFile(path, title, caption)
 
 
 def _method_legend(fig: Figure, setting: Setting, methods: list[str], styles: dict[str, dict],

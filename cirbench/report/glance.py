@@ -1,4 +1,4 @@
-"""The report's "at a glance" lines: the best method at each noise rate, the cleanest kept
+"""The report's "at a glance" lines: the highest mean at each noise rate, the cleanest kept
 set, and the kind of noise each method misses most (oracles, ablation rows and sweep
 trials excluded throughout)."""
 
@@ -61,7 +61,8 @@ def at_a_glance(setting: Setting) -> list[str]:
     if best:
         column = best[0][1]
         lines.append(
-            f"Best on {column} (perfect filters, ablation rows and sweep trials excluded): "
+            f"Highest mean {column} at the last epoch (perfect filters, ablation rows and sweep trials excluded; "
+            "whether it beats the others surely is the leaderboard's mark): "
             + "; ".join(f"{rate_label(rate)}: {setting.label(method, rate)} ({value:.2f})" for rate, _, method, value in best) + "."
         )
     flagged = setting.collapsed

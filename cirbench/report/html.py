@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import base64
 import html
-from pathlib import Path
+import re
 
 import pandas as pd
 
-from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
-from cirbench.report.collapsed import FlagList, flag_lists
-from cirbench.report.content import ReportContent
-from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
+from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.collapsed import FlagList
+from cirbench.report.content import ReportContent, Section
+from cirbench.report.figure_file import FigureFile
+from cirbench.report.layout import (
+    CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
+    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
+)
+from cirbench.report.leaderboard_render import leaderboard_html, legend
+from cirbench.report.room import ROOM_INTRO
 from cirbench.report.tables import to_html
 
 STYLE = """
@@ -41,12 +47,39 @@ table.claims td.numbers { font-variant-numeric: tabular-nums; font-size: 0.9em; 
 td.verdict { font-weight: 600; white-space: nowrap; }
 td.holds { color: #1a7f37; } td.does-not-hold { color: #b42318; } td.inconclusive { color: #9a6700; }
 td.not-run { color: #777; }
+table.claims details summary { cursor: pointer; color: #555; font-size: 0.9em; }
+table.claims details ul { margin: 0.3em 0; padding-left: 1.2em; font-variant-numeric: tabular-nums; font-size: 0.85em; }
+table.leaderboard { border-collapse: collapse; margin: 0.4em 0 0.3em; font-size: 0.88em; }
+table.leaderboard th { border-bottom: 2px solid #333; padding: 0.2em 0.6em; text-align: center; }
+table.leaderboard td { padding: 0.15em 0.5em; text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table.leaderboard td.method { text-align: left; font-weight: 600; }
+table.leaderboard td.r { color: #666; font-size: 0.92em; border-right: 1px solid #ddd; }
+table.leaderboard td.span { text-align: center; color: #444; }
+table.leaderboard tr.unranked-title td { border-top: 1px solid #999; color: #555; font-style: italic; text-align: left;
+                                         padding-top: 0.4em; }
+table.leaderboard tr.perfect-filter td, table.leaderboard tr.bound td, table.leaderboard tr.reference td { color: #555; }
+table.leaderboard td b { color: #000; }
+table.leaderboard span.mk { display: inline-block; width: 1.2em; text-align: left; }
+.legend { color: #444; font-size: 0.82em; margin: 0.2em 0; max-width: 75em; }
+nav.contents ul { margin: 0.2em 0; } nav.contents li { margin: 0.1em 0; }
+h2.leaderboard { margin-top: 0.8em; font-size: 1.2em; }
+code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
 """
 
 
-def _image(path: Path) -> str:
+def _image(figure: FigureFile) -> str:
+    path = figure.path
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(path.name)}" data-file="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
+    alt = html.escape(figure.alt or figure.title)
+    return f'<img alt="{alt}" data-file="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
+
+
+def prose(text: str) -> str:
+    """``text`` as HTML with the report's inline Markdown rendered: `code`, **bold** and <u>underline</u>."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"&lt;u&gt;(.+?)&lt;/u&gt;", r"<u>\1</u>", out)
 
 
 def problems_html(problems: pd.DataFrame) -> str:
@@ -73,51 +106,71 @@ def flags_html(flags: FlagList) -> str:
 
 
 def claims_html(claims: list[Claim]) -> str:
-    """The claims as an HTML table, each verdict coloured by its kind."""
-    head = "".join(f"<th>{h}</th>" for h in ("Claim", "Source", "Numbers", "Verdict"))
+    """The claims as an HTML table, one line per claim (number, claim, source, verdict), its
+    comparisons' numbers folded under the claim, each verdict coloured by its kind."""
+    head = "".join(f"<th>{h}</th>" for h in ("#", "Claim", "Source", "Verdict"))
     rows = []
-    for claim in claims:
-        numbers = "<br>".join(html.escape(check_line(c)) for c in claim.checks)
+    for number, claim in enumerate(claims, 1):
+        items = "".join(f"<li>{prose(check_line(c))}</li>" for c in claim.checks)
+        noun = "comparison" if len(claim.checks) == 1 else "comparisons"
+        details = f"<details><summary>{len(claim.checks)} {noun}</summary><ul>{items}</ul></details>" if items else ""
         kind = claim.verdict.replace(" ", "-")
-        rows.append(f"<tr><td>{html.escape(claim.text)}</td><td>{html.escape(claim.source)}</td>"
-                    f'<td class="numbers">{numbers}</td><td class="verdict {kind}">{html.escape(claim.verdict_text)}</td></tr>')
+        rows.append(f"<tr><td>{number}</td><td>{prose(claim.text)}{details}</td><td>{prose(claim.source)}</td>"
+                    f'<td class="verdict {kind}">{prose(claim.verdict_text)}</td></tr>')
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
+def _items(lines: list[str]) -> str:
+    return '<ul class="glance">' + "".join(f"<li>{prose(line)}</li>" for line in lines) + "</ul>"
+
+
+def _part_html(part: Part, section: Section) -> list[str]:
+    """One titled part of a section: its heading (anchored) and its body."""
+    out = [f'<h3 id="{part.anchor}">{html.escape(part.title)}</h3>']
+    if part.kind == FIGURE:
+        figure = part.item
+        return out + [f"<figure>{_image(figure)}<figcaption>{prose(figure.caption)}</figcaption></figure>"]
+    if part.kind == CLAIMS:
+        intro = claims_intro(section.claims_metric, section.claims_selection)
+        return out + [f'<p class="note">{prose(intro)}</p>', f"<p><strong>{prose(verdict_summary(section.claims))}</strong></p>",
+                      claims_html(section.claims), f'<p class="note">{prose(VERDICT_RULE)}</p>']
+    if part.kind == GLANCE:
+        return out + [_items(part.item)]
+    if part.kind == ROOM:
+        return out + [f'<p class="note">{prose(ROOM_INTRO)}</p>', _items(part.item)]
+    if part.kind == FLAGS:
+        return out + [flags_html(part.item)]
+    return out + [f'<p class="note">{prose(part.item.note)}</p>', to_html(part.item)]
+
+
+def _contents_html(entries: list[Entry]) -> str:
+    def items(level: list[Entry]) -> str:
+        return "<ul>" + "".join(
+            f'<li><a href="#{e.anchor}">{html.escape(e.title)}</a>{items(list(e.children)) if e.children else ""}</li>'
+            for e in level) + "</ul>"
+
+    return f'<nav class="contents"><h2 id="{CONTENTS_ANCHOR}">{CONTENTS_TITLE}</h2>{items(entries)}</nav>'
+
+
 def render_html(content: ReportContent) -> str:
-    """The whole report as one HTML document with every figure embedded."""
+    """The whole report as one HTML document with every figure embedded: the leaderboards
+    first, then the contents, then each setting's parts (:mod:`cirbench.report.layout`)."""
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(content.title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(content.title)}</h1>", f'<p class="subtitle">{html.escape(content.subtitle)}</p>',
     ]
     for section in content.sections:
-        out.append(f"<h2>{html.escape(section.setting.describe())}</h2>")
-        if section.glance:
-            items = "".join(f"<li>{html.escape(g)}</li>" for g in section.glance)
-            out.append(f'<h3>At a glance</h3><ul class="glance">{items}</ul>')
-        if section.room:
-            items = "".join(f"<li>{html.escape(line)}</li>" for line in section.room)
-            out += [f"<h3>{html.escape(ROOM_TITLE)}</h3>", f'<p class="note">{html.escape(ROOM_INTRO)}</p>',
-                    f'<ul class="glance">{items}</ul>']
-        if section.claims:
-            intro = claims_intro(section.claims_metric, section.claims_selection)
-            out += [f"<h3>{html.escape(CLAIMS_TITLE)}</h3>", f'<p class="note">{html.escape(intro)}</p>',
-                    f"<p><strong>{html.escape(verdict_summary(section.claims))}</strong></p>",
-                    claims_html(section.claims), f'<p class="note">{html.escape(VERDICT_RULE)}</p>']
-        if section.claims_figure is not None:
-            figure = section.claims_figure
-            out.append(f"<figure>{_image(figure.path)}<figcaption>{html.escape(figure.caption)}</figcaption></figure>")
-        for flags in flag_lists(section.setting):
-            out += [f"<h3>{html.escape(flags.title)}</h3>", flags_html(flags)]
-        for table in section.tables:
-            out += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="note">{html.escape(table.note)}</p>', to_html(table)]
-        for figure in section.figures:
-            out.append(
-                f"<figure><h3>{html.escape(figure.title)}</h3>{_image(figure.path)}"
-                f"<figcaption>{html.escape(figure.caption)}</figcaption></figure>"
-            )
-    out += ["<h2>Failed and missing cells</h2>", problems_html(content.problems)]
-    out += ["<h2>Provenance</h2><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in content.provenance) + "</ul>"]
+        if section.leaderboard is not None:
+            out += [f'<h2 class="leaderboard" id="{leaderboard_anchor(section)}">{html.escape(leaderboard_title(section))}</h2>',
+                    f'<p class="legend">{prose(legend(section.leaderboard))}</p>', leaderboard_html(section.leaderboard)]
+    out.append(_contents_html(contents(content)))
+    for section in content.sections:
+        out.append(f'<h2 id="{setting_anchor(section)}">{html.escape(section.setting.describe())}</h2>')
+        for part in parts(section):
+            out += _part_html(part, section)
+    out += [f'<h2 id="{PROBLEMS_ANCHOR}">{PROBLEMS_TITLE}</h2>', problems_html(content.problems)]
+    out += [f'<h2 id="{PROVENANCE_ANCHOR}">{PROVENANCE_TITLE}</h2><ul>'
+            + "".join(f"<li>{html.escape(line)}</li>" for line in content.provenance) + "</ul>"]
     out.append("</body></html>")
     return "\n".join(out)

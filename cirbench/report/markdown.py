@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.claims import CLAIMS_TITLE, VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
-from cirbench.report.collapsed import FlagList, flag_lists
-from cirbench.report.content import ReportContent
-from cirbench.report.room import ROOM_INTRO, ROOM_TITLE
+from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.collapsed import FlagList
+from cirbench.report.content import ReportContent, Section
+from cirbench.report.layout import (
+    CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
+    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
+)
+from cirbench.report.leaderboard_render import leaderboard_markdown, legend
+from cirbench.report.room import ROOM_INTRO
 from cirbench.report.tables import to_markdown
 
 
@@ -36,39 +41,62 @@ def flags_markdown(flags: FlagList) -> str:
 
 
 def claims_markdown(claims: list[Claim]) -> str:
-    """The claims as a Markdown table: claim, source, the checks' numbers, the verdict."""
+    """The claims as a Markdown table, one line per claim (number, claim, source, verdict),
+    its comparisons' numbers folded under the claim in a ``<details>`` block."""
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
-    lines = ["| Claim | Source | Numbers | Verdict |", "|:--|:--|:--|:--|"]
-    for claim in claims:
+    lines = ["| # | Claim | Source | Verdict |", "|--:|:--|:--|:--|"]
+    for number, claim in enumerate(claims, 1):
         numbers = "<br>".join(cell(check_line(c)) for c in claim.checks)
-        lines.append(f"| {cell(claim.text)} | {cell(claim.source)} | {numbers} | **{cell(claim.verdict_text)}** |")
+        noun = "comparison" if len(claim.checks) == 1 else "comparisons"
+        details = f" <details><summary>{len(claim.checks)} {noun}</summary>{numbers}</details>" if numbers else ""
+        lines.append(f"| {number} | {cell(claim.text)}{details} | {cell(claim.source)} | **{cell(claim.verdict_text)}** |")
     return "\n".join(lines)
 
 
-def render_markdown(content: ReportContent, output: Path) -> str:
-    """The whole report as Markdown; image links are relative to ``output``."""
-    parts = [f"# {content.title}", "", content.subtitle, ""]
-    for section in content.sections:
-        parts += [f"## {section.setting.describe()}", ""]
-        if section.glance:
-            parts += ["**At a glance**", ""] + [f"- {line}" for line in section.glance] + [""]
-        if section.room:
-            parts += [f"### {ROOM_TITLE}", "", ROOM_INTRO, ""] + [f"- {line}" for line in section.room] + [""]
-        if section.claims:
-            parts += [f"### {CLAIMS_TITLE}", "", claims_intro(section.claims_metric, section.claims_selection), "",
+def _heading(level: int, anchor: str, title: str) -> list[str]:
+    return [f'<a id="{anchor}"></a>', "", f"{'#' * level} {title}", ""]
+
+
+def _part_markdown(part: Part, section: Section, output: Path) -> list[str]:
+    """One titled part of a section: its anchored heading and its body."""
+    out = _heading(3, part.anchor, part.title)
+    if part.kind == FIGURE:
+        figure = part.item
+        return out + [figure.caption, "", f"![{figure.alt or figure.title}]({figure.path.relative_to(output).as_posix()})", ""]
+    if part.kind == CLAIMS:
+        return out + [claims_intro(section.claims_metric, section.claims_selection), "",
                       f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
-        if section.claims_figure is not None:
-            figure = section.claims_figure
-            parts += [figure.caption, "", f"![{figure.title}]({figure.path.relative_to(output).as_posix()})", ""]
-        for flags in flag_lists(section.setting):
-            parts += [f"### {flags.title}", "", flags_markdown(flags), ""]
-        for table in section.tables:
-            parts += [f"### {table.title}", "", table.note, "", to_markdown(table), ""]
-        for figure in section.figures:
-            rel = figure.path.relative_to(output).as_posix()
-            parts += [f"### {figure.title}", "", figure.caption, "", f"![{figure.title}]({rel})", ""]
-    parts += ["## Failed and missing cells", "", problems_markdown(content.problems), ""]
-    parts += ["## Provenance", ""] + [f"- {line}" for line in content.provenance] + [""]
-    return "\n".join(parts)
+    if part.kind == GLANCE:
+        return out + [f"- {line}" for line in part.item] + [""]
+    if part.kind == ROOM:
+        return out + [ROOM_INTRO, ""] + [f"- {line}" for line in part.item] + [""]
+    if part.kind == FLAGS:
+        return out + [flags_markdown(part.item), ""]
+    return out + [part.item.note, "", to_markdown(part.item), ""]
+
+
+def _contents_markdown(entries: list[Entry], depth: int = 0) -> list[str]:
+    lines = []
+    for entry in entries:
+        lines.append(f"{'  ' * depth}- [{entry.title}](#{entry.anchor})")
+        lines += _contents_markdown(list(entry.children), depth + 1)
+    return lines
+
+
+def render_markdown(content: ReportContent, output: Path) -> str:
+    """The whole report as Markdown, in the HTML page's order; image links are relative to ``output``."""
+    parts_out = [f"# {content.title}", "", content.subtitle, ""]
+    for section in content.sections:
+        if section.leaderboard is not None:
+            parts_out += _heading(2, leaderboard_anchor(section), leaderboard_title(section))
+            parts_out += [legend(section.leaderboard), "", leaderboard_markdown(section.leaderboard), ""]
+    parts_out += _heading(2, CONTENTS_ANCHOR, CONTENTS_TITLE) + _contents_markdown(contents(content)) + [""]
+    for section in content.sections:
+        parts_out += _heading(2, setting_anchor(section), section.setting.describe())
+        for part in parts(section):
+            parts_out += _part_markdown(part, section, output)
+    parts_out += _heading(2, PROBLEMS_ANCHOR, PROBLEMS_TITLE) + [problems_markdown(content.problems), ""]
+    parts_out += _heading(2, PROVENANCE_ANCHOR, PROVENANCE_TITLE) + [f"- {line}" for line in content.provenance] + [""]
+    return "\n".join(parts_out)

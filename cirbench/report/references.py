@@ -12,14 +12,15 @@ from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_colu
 
 BOUND = f"{BASELINE} at 0% noise (bound)"
 REFERENCE_STYLES: dict[str, dict] = {
-    "zero_shot": {"color": "0.35", "linestyle": ":", "linewidth": 1.4},
-    "text_blind": {"color": "#B8860B", "linestyle": ":", "linewidth": 1.4},
-    "text_only": {"color": "#2E8B57", "linestyle": ":", "linewidth": 1.4},
-    BOUND: {"color": "0.2", "linestyle": "-.", "linewidth": 1.0},
+    "zero_shot": {"color": "0.45", "linestyle": "-", "linewidth": 1.2},
+    "text_blind": {"color": "0.55", "linestyle": ":", "linewidth": 1.6},
+    "text_only": {"color": "0.45", "linestyle": (0, (3, 1, 1, 1, 1, 1)), "linewidth": 1.3},
+    BOUND: {"color": "0.15", "linestyle": "-.", "linewidth": 1.0},
 }
-"""How each reference line is drawn; the rows are listed in this order, any other reference
-row of the results after them by name."""
-OTHER_STYLE: dict = {"color": "0.5", "linestyle": ":", "linewidth": 1.0}
+"""How each reference line is drawn: in grey (no method's colour), each with a line style of
+its own; the rows are listed in this order, any other reference row of the results after
+them by name."""
+OTHER_STYLE: dict = {"color": "0.65", "linestyle": (0, (1, 3)), "linewidth": 1.2}
 """How a reference row the styles above do not name is drawn."""
 
 

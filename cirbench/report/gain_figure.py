@@ -1,0 +1,99 @@
+"""The gain-over-``sprc`` figure: each method's gain over ``sprc`` at each noise rate (paired
+by seed, at the epoch the claims read), with the perfect filter's gain drawn as the cap at
+each rate, so the room a method that only removes noise has is seen, not read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure
+from cirbench.report.leaderboard import RECALL_COLUMNS
+from cirbench.report.load import Setting
+from cirbench.report.palette import method_styles
+from cirbench.report.selection import rule_view
+from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
+from cirbench.results.selection import DEFAULT_RULE
+
+CAP_STYLE: dict = {"color": "black", "linestyle": "--", "linewidth": 2.0}
+
+
+def paired_gains(setting: Setting, per_run: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per noise rate (index) and method (columns' first level) the ``mean``, ``std`` and
+    ``count`` over seeds of ``column`` minus ``sprc``'s on the same seed (percentage points)."""
+    keyed = setting.runs.set_index("run_id")[["noise_rate", "method", "seed"]].join(per_run[[column]], how="inner")
+    wide = keyed.pivot_table(index=["noise_rate", "seed"], columns="method", values=column)
+    if BASELINE not in wide.columns or len(wide.columns) < 2:
+        return pd.DataFrame()
+    gains = wide.sub(wide[BASELINE], axis=0).drop(columns=BASELINE)
+    return gains.groupby(level="noise_rate").agg(["mean", "std", "count"])
+
+
+def _panel(ax, gains: pd.DataFrame, methods: list[str], oracles: set[str], styles: dict, column: str) -> dict[float, float]:
+    """Grouped bars of ``methods``' gains, the cap of the perfect filter at each rate; the caps drawn."""
+    rates = list(gains.index)
+    x = np.arange(len(rates))
+    width = 0.8 / max(1, len(methods))
+    for i, method in enumerate(methods):
+        mean, std = gains[(method, "mean")].to_numpy(), gains[(method, "std")].fillna(0).to_numpy()
+        ax.bar(x + width * (i - (len(methods) - 1) / 2), mean, width, yerr=std, color=styles[method]["color"],
+               edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
+    caps = {}
+    for oracle in oracles:
+        for xi, rate in zip(x, rates):
+            cap = gains.loc[rate, (oracle, "mean")]
+            if rate > 0 and np.isfinite(cap):  # without noise the filter has nothing to remove
+                ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
+                ax.annotate(f"cap {cap:+.1f}", (xi + 0.45, cap), xytext=(2, 2), textcoords="offset points", fontsize=8)
+                caps[float(rate)] = float(cap)
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    ax.set_xticks(x, [rate_label(r) for r in rates])
+    ax.set_xlabel("noise rate")
+    ax.set_ylabel(f"gain over {BASELINE} in {column} (points)")
+    ax.set_title(column)
+    ax.grid(axis="y", alpha=0.3)
+    return caps
+
+
+def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> FigureFile | None:
+    """The gains over ``sprc`` of every compared method on the claims' metric and R@10, the
+    perfect filter's as the cap; None without ``sprc`` or without another method beside it."""
+    view = rule_view(setting, rule)
+    per_run = run_columns(view.setting)
+    metric = headline_column(list(per_run.columns))
+    recall = next((c for c in RECALL_COLUMNS if c in per_run.columns), None)
+    columns = list(dict.fromkeys(c for c in (metric, recall) if c))
+    panels = {c: paired_gains(view.setting, per_run, c) for c in columns}
+    panels = {c: g for c, g in panels.items() if not g.empty}
+    if not panels:
+        return None
+    present = set(next(iter(panels.values())).columns.get_level_values(0))
+    methods = [m for m in setting.methods if m in present and m not in setting.oracles]
+    oracles = {m for m in setting.oracles if m in present}
+    styles = method_styles(setting)
+    width = 5.2 * len(panels)
+    fig = Figure(figsize=(max(width, 8.0), 4.4), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    caps = {c: _panel(ax, g, methods, oracles, styles, c) for ax, (c, g) in zip(axes, panels.items())}
+    title = (f"Each method's gain over {BASELINE} (mean ± std over seeds, paired by seed, at the epoch the claims read), "
+             f"the perfect filter's gain drawn as the cap at each noise rate: {setting.describe()}")
+    figure_title(fig, title, max(width, 8.0))
+    handles = [Patch(color=styles[m]["color"], label=setting.label(m)) for m in methods]
+    handles += [Line2D([], [], **CAP_STYLE, label="the perfect filter's gain (the cap)")] if oracles else []
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
+    cap_text = "; ".join(f"{c} at {rate_label(r)}: {v:+.1f}" for c, found in caps.items() for r, v in found.items())
+    alt = (f"Bar chart of each method's gain over {BASELINE} in {' and '.join(panels)} (percentage points) at noise "
+           f"rates {', '.join(rate_label(r) for r in next(iter(panels.values())).index)}, one bar per method"
+           + (f"; a dashed black line per rate marks the perfect filter's gain ({cap_text})" if cap_text else "")
+           + ". A bar above 0 beats sprc on average; the cap is the most a method that only removes noise can reach.")
+    return save_figure(fig, out, "gain_over_sprc", f"What each method gains over {BASELINE}, and the perfect filter's cap",
+                       f"Each method's mean gain over {BASELINE} at each noise rate in percentage points (paired by seed, "
+                       "the bar's whisker ±1 std over seeds), read at the epoch the claims read, on the claims' metric and "
+                       "on R@10. The dashed black line at each rate is the perfect filter's gain, trained on the truly "
+                       "clean triplets only: what a method that only removes noise can win here. The leaderboard and the "
+                       "claims say which gains are more than seed and query noise.", alt)
