@@ -18,7 +18,7 @@ from cirbench.report.claims import Check, p_value, paper_claims
 from cirbench.report.forest import draw_forest, forest_panels, row_words
 from cirbench.report.leaderboard import BEST, BETTER, TIED, WORSE, build_leaderboard
 from cirbench.report.palette import method_styles
-from cirbench.report.references import BOUND, REFERENCE_STYLES
+from cirbench.report.references import REFERENCE_STYLES
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS
 from cirbench.results.store import CellKey, ResultsStore
 from test_claims import _cell, _run_row
@@ -151,7 +151,9 @@ def test_the_marks_are_the_claims_verdicts(study) -> None:
     assert cells[("tme", 0.8)].lead == cells[("conesep", 0.8)].lead == TIED and not cells[("sprc", 0.8)].lead
     assert cells[("hug", 0.8)].versus == WORSE and cells[("hug", 0.8)].below_start and not cells[("sprc", 0.0)].below_start
     assert not cells[("oracle", 0.5)].lead  # the perfect filter is never ranked
-    assert [r.label for r in board.unranked] == ["oracle (perfect filter)", BOUND, "zero_shot", "text_blind", "text_only"]
+    assert [r.label for r in board.unranked] == ["oracle (perfect filter)", "sprc at 0% noise (bound)", "zero_shot", "text_blind",
+                                                     "text_only"]
+    assert board.baseline == "sprc"
     assert all(r.span is not None and not r.span.lead for r in board.unranked[1:])
 
 

@@ -19,7 +19,7 @@ from cirbench.method import Batch, MethodConfig, TrainingContext
 from cirbench.plugins import discover
 from cirbench.report import build_report
 from cirbench.report.load import load_results
-from cirbench.report.references import BOUND, reference_stats
+from cirbench.report.references import bound_label, reference_stats
 
 
 def _batch(backbone, n: int = 6, seed: int = 0) -> Batch:
@@ -98,12 +98,13 @@ def test_grid_records_reference_rows_once_and_the_report_draws_them(tmp_path: Pa
     setting = load_results(tmp_path / "results").settings[0]
     assert setting.methods == ["sprc"] and setting.rates == [0.0]  # reference rows are not methods
     stats = reference_stats(setting)
-    assert list(stats.index) == ["zero_shot", "text_blind", "text_only", BOUND]
+    assert list(stats.index) == ["zero_shot", "text_blind", "text_only", bound_label(setting)]
+    assert bound_label(setting) == "sprc at 0% noise (bound)"
     assert stats.loc["text_blind", ("mean", "R_sub@1")] == pytest.approx(100 * sub)
 
     build_report(tmp_path / "results", tmp_path / "report")
     markdown = (tmp_path / "report" / "report.md").read_text()
     section = markdown.split("### Reference rows", 1)[1].split("###", 1)[0]
-    assert all(f"| {name} |" in section for name in ("zero_shot", "text_blind", "text_only", BOUND))
+    assert all(f"| {name} |" in section for name in ("zero_shot", "text_blind", "text_only", bound_label(setting)))
     assert "never ranked" in section.lower() or "none of these is ranked" in section.lower()
     assert "**" not in section  # nothing marked best

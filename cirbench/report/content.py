@@ -27,8 +27,9 @@ from cirbench.report.tuned import tuned_table
 from cirbench.report.tables import TableModel, ablation_table, gain_table, purity_table, recall_table
 
 
-LEAD_FIGURES: tuple[str, ...] = ("gain_over_sprc", "recall_vs_noise", "purity_bars")
-"""The figures a section shows first (by file name), in this order."""
+LEAD_FIGURES: tuple[str, ...] = ("recall_vs_noise", "purity_bars")
+"""The figures a section shows first (by file name), after the gain over the baseline
+(:func:`~cirbench.report.gain_figure.gain_figure`)."""
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Section:
     claims_figure: FigureFile | None = None
     leaderboard: Leaderboard | None = None
     lead_figures: list[FigureFile] = field(default_factory=list)
-    """The figures shown first, under the contents: the gain over sprc, recall against noise, purity."""
+    """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
 
 
 @dataclass
@@ -122,9 +123,9 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       purity_table(setting), selection_table(setting), tuned_table(setting),
                       reproduction_table(setting, published))
         tables = [t for t in candidates if t is not None]
-        figures = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
-        figures += all_figures(setting, output / setting.slug)
-        lead = [f for f in figures if f.path.stem in LEAD_FIGURES]
+        gain = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
+        figures = all_figures(setting, output / setting.slug)
+        lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
         claims, metric = paper_claims(setting), claims_metric(setting)
         sections.append(Section(setting, at_a_glance(setting), tables, [f for f in figures if f not in lead], claims, metric,
                                 claims_selection(setting), room_lines(setting),

@@ -22,10 +22,11 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure  # noqa: F401  (re-exported)
 from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.palette import method_styles
-from cirbench.report.references import OTHER_STYLE, REFERENCE_STYLES, reference_stats
+from cirbench.report.references import reference_stats, reference_style
 from cirbench.report.tables import (
     flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
 )
+from cirbench.results.roles import BASELINE
 
 CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive
 NOISY_COLOUR = "#E8829F"  # ConeSep Fig. 6: pink Wrong Positive
@@ -102,17 +103,18 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
         for name in references.index if column in references_columns else []:
             value = references.loc[name, ("mean", column)]
             if pd.notna(value):
-                ax.axhline(value, **REFERENCE_STYLES.get(name, OTHER_STYLE))
+                ax.axhline(value, **reference_style(setting, name))
         ax.set_title(column)
         ax.set_ylabel(f"{column} (%)")
         _rate_axis(ax, rates)
     _method_legend(fig, setting, [m for m in setting.methods if m in stats.index.get_level_values("method")], styles,
-                   extra=[Line2D([], [], **REFERENCE_STYLES.get(name, OTHER_STYLE), label=name) for name in references.index]
+                   extra=[Line2D([], [], **reference_style(setting, name), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
     return save_figure(fig, out, "recall_vs_noise", "Recall vs noise rate",
                  "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
-                 "alone; text_only: the text alone) and the bound: sprc trained on the uncorrupted triplets. A red ring "
+                 f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
+                 "triplets. A red ring "
                  "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).")
 
 
@@ -203,7 +205,7 @@ def _grouped_bars(ax: Axes, frame: pd.DataFrame, value: str, methods: list[str],
 
 
 def _collapsed_at(setting: Setting, methods: list[str], rate: float) -> str:
-    """A panel title's note of the ``methods`` that collapsed on a seed at ``rate``, e.g. ``(† hug)``."""
+    """A panel title's note of the ``methods`` that collapsed on a seed at ``rate``, e.g. ``(† a)``."""
     flagged = [m for m in methods if setting.collapse_mark(m, rate)]
     return f" ({COLLAPSE_MARK} {', '.join(flagged)})" if flagged else ""
 

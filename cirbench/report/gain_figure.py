@@ -1,6 +1,7 @@
-"""The gain-over-``sprc`` figure: each method's gain over ``sprc`` at each noise rate (paired
-by seed, at the epoch the claims read), with the perfect filter's gain drawn as the cap at
-each rate, so the room a method that only removes noise has is seen, not read."""
+"""The gain-over-the-baseline figure: each method's gain over the baseline (the method whose
+role is ``baseline``) at each noise rate (paired by seed, at the epoch the claims read), with
+the perfect filter's gain drawn as the cap at each rate, so the room a method that only
+removes noise has is seen, not read."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from cirbench.report.leaderboard import RECALL_COLUMNS
 from cirbench.report.load import Setting
 from cirbench.report.palette import method_styles
 from cirbench.report.selection import rule_view
-from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns
+from cirbench.report.tables import headline_column, rate_label, run_columns
+from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 
 CAP_STYLE: dict = {"color": "black", "linestyle": "--", "linewidth": 2.0}
@@ -25,16 +27,18 @@ CAP_STYLE: dict = {"color": "black", "linestyle": "--", "linewidth": 2.0}
 
 def paired_gains(setting: Setting, per_run: pd.DataFrame, column: str) -> pd.DataFrame:
     """Per noise rate (index) and method (columns' first level) the ``mean``, ``std`` and
-    ``count`` over seeds of ``column`` minus ``sprc``'s on the same seed (percentage points)."""
+    ``count`` over seeds of ``column`` minus the baseline's on the same seed (percentage points)."""
+    baseline = setting.role(BASELINE)
     keyed = setting.runs.set_index("run_id")[["noise_rate", "method", "seed"]].join(per_run[[column]], how="inner")
     wide = keyed.pivot_table(index=["noise_rate", "seed"], columns="method", values=column)
-    if BASELINE not in wide.columns or len(wide.columns) < 2:
+    if baseline not in wide.columns or len(wide.columns) < 2:
         return pd.DataFrame()
-    gains = wide.sub(wide[BASELINE], axis=0).drop(columns=BASELINE)
+    gains = wide.sub(wide[baseline], axis=0).drop(columns=baseline)
     return gains.groupby(level="noise_rate").agg(["mean", "std", "count"])
 
 
-def _panel(ax, gains: pd.DataFrame, methods: list[str], oracles: set[str], styles: dict, column: str) -> dict[float, float]:
+def _panel(ax, gains: pd.DataFrame, methods: list[str], filters: set[str], styles: dict, column: str,
+           baseline: str) -> dict[float, float]:
     """Grouped bars of ``methods``' gains, the cap of the perfect filter at each rate; the caps drawn."""
     rates = list(gains.index)
     x = np.arange(len(rates))
@@ -44,9 +48,9 @@ def _panel(ax, gains: pd.DataFrame, methods: list[str], oracles: set[str], style
         ax.bar(x + width * (i - (len(methods) - 1) / 2), mean, width, yerr=std, color=styles[method]["color"],
                edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
     caps = {}
-    for oracle in oracles:
+    for perfect in filters:
         for xi, rate in zip(x, rates):
-            cap = gains.loc[rate, (oracle, "mean")]
+            cap = gains.loc[rate, (perfect, "mean")]
             if rate > 0 and np.isfinite(cap):  # without noise the filter has nothing to remove
                 ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
                 ax.annotate(f"cap {cap:+.1f}", (xi + 0.45, cap), xytext=(2, 2), textcoords="offset points", fontsize=8)
@@ -54,15 +58,16 @@ def _panel(ax, gains: pd.DataFrame, methods: list[str], oracles: set[str], style
     ax.axhline(0.0, color="0.4", linewidth=0.8)
     ax.set_xticks(x, [rate_label(r) for r in rates])
     ax.set_xlabel("noise rate")
-    ax.set_ylabel(f"gain over {BASELINE} in {column} (points)")
+    ax.set_ylabel(f"gain over {baseline} in {column} (points)")
     ax.set_title(column)
     ax.grid(axis="y", alpha=0.3)
     return caps
 
 
 def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> FigureFile | None:
-    """The gains over ``sprc`` of every compared method on the claims' metric and R@10, the
-    perfect filter's as the cap; None without ``sprc`` or without another method beside it."""
+    """The gains over the baseline of every compared method on the claims' metric and R@10, the
+    perfect filter's as the cap; None without the baseline or without another method beside it."""
+    baseline = setting.role(BASELINE)
     view = rule_view(setting, rule)
     per_run = run_columns(view.setting)
     metric = headline_column(list(per_run.columns))
@@ -79,20 +84,20 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     width = 5.2 * len(panels)
     fig = Figure(figsize=(max(width, 8.0), 4.4), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    caps = {c: _panel(ax, g, methods, oracles, styles, c) for ax, (c, g) in zip(axes, panels.items())}
-    title = (f"Each method's gain over {BASELINE} (mean ± std over seeds, paired by seed, at the epoch the claims read), "
+    caps = {c: _panel(ax, g, methods, oracles, styles, c, baseline) for ax, (c, g) in zip(axes, panels.items())}
+    title = (f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, at the epoch the claims read), "
              f"the perfect filter's gain drawn as the cap at each noise rate: {setting.describe()}")
     figure_title(fig, title, max(width, 8.0))
     handles = [Patch(color=styles[m]["color"], label=setting.label(m)) for m in methods]
     handles += [Line2D([], [], **CAP_STYLE, label="the perfect filter's gain (the cap)")] if oracles else []
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     cap_text = "; ".join(f"{c} at {rate_label(r)}: {v:+.1f}" for c, found in caps.items() for r, v in found.items())
-    alt = (f"Bar chart of each method's gain over {BASELINE} in {' and '.join(panels)} (percentage points) at noise "
+    alt = (f"Bar chart of each method's gain over {baseline} in {' and '.join(panels)} (percentage points) at noise "
            f"rates {', '.join(rate_label(r) for r in next(iter(panels.values())).index)}, one bar per method"
            + (f"; a dashed black line per rate marks the perfect filter's gain ({cap_text})" if cap_text else "")
-           + ". A bar above 0 beats sprc on average; the cap is the most a method that only removes noise can reach.")
-    return save_figure(fig, out, "gain_over_sprc", f"What each method gains over {BASELINE}, and the perfect filter's cap",
-                       f"Each method's mean gain over {BASELINE} at each noise rate in percentage points (paired by seed, "
+           + f". A bar above 0 beats {baseline} on average; the cap is the most a method that only removes noise can reach.")
+    return save_figure(fig, out, f"gain_over_{baseline}", f"What each method gains over {baseline}, and the perfect filter's cap",
+                       f"Each method's mean gain over {baseline} at each noise rate in percentage points (paired by seed, "
                        "the bar's whisker ±1 std over seeds), read at the epoch the claims read, on the claims' metric and "
                        "on R@10. The dashed black line at each rate is the perfect filter's gain, trained on the truly "
                        "clean triplets only: what a method that only removes noise can win here. The leaderboard and the "

@@ -3,11 +3,12 @@ rates (columns), the claims' metric and R@10 side by side (mean ± std over seed
 the epoch the claims read (:func:`~cirbench.report.selection.rule_view` under the claims'
 rule).
 
-Each cell carries its paired comparison with ``sprc`` at that rate and the column's leaders,
+Each cell carries its paired comparison with the baseline (the method whose role is
+``baseline``) at that rate and the column's leaders,
 both judged by the claims' own rule (:func:`~cirbench.report.claims.recall_judge`): the best
 of a column is bold only where it beats every other ranked method; otherwise it and the
 methods it does not beat are tied for the lead. Only hosted and plugin methods are ranked;
-the perfect filter, the bound (``sprc`` at 0%) and the reference rows are lines of their
+the perfect filter, the bound (the baseline at 0%) and the reference rows are lines of their
 own, never ranked. A cell whose R@10 is below ``zero_shot``'s is marked: a fine-tune that
 ends below where it began.
 """
@@ -23,18 +24,20 @@ import pandas as pd
 from cirbench.report.bootstrap import N_RESAMPLES
 from cirbench.report.claims import Check, recall_judge
 from cirbench.report.load import Setting
-from cirbench.report.references import BOUND, reference_stats
+from cirbench.report.references import bound_label, reference_stats
 from cirbench.report.selection import RuleView, rule_view
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
-from cirbench.report.tables import BASELINE, headline_column, rate_label, run_columns, summarize
+from cirbench.report.tables import headline_column, rate_label, run_columns, summarize
+from cirbench.results.labels import ZERO_SHOT_ROW
+from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 
 RECALL_COLUMNS: tuple[str, ...] = ("Avg R@10", "R@10")
 """The R@10 shown beside the claims' metric: FashionIQ's category average, else the ``all`` group's."""
-ZERO_SHOT = "zero_shot"
+ZERO_SHOT = ZERO_SHOT_ROW
 BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"
 VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNSEPARATED}
-"""The verdict of ``method - sprc > 0`` as the leaderboard names it."""
+"""The verdict of ``method - baseline > 0`` as the leaderboard names it."""
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
 Judge = Callable[[str, Sequence[Term]], Check]
@@ -57,7 +60,7 @@ class LeaderCell:
     metric: Stat
     recall: Stat
     versus: str = ""
-    """:data:`BETTER`, :data:`WORSE` or :data:`UNSEPARATED` than ``sprc`` at the rate (empty: sprc itself, or no sprc)."""
+    """:data:`BETTER`, :data:`WORSE` or :data:`UNSEPARATED` than the baseline at the rate (empty: the baseline itself, or none)."""
     lead: str = ""
     """:data:`BEST` (ahead of every other ranked method), :data:`TIED` (a leader not separated) or empty."""
     below_start: bool = False
@@ -91,6 +94,8 @@ class Leaderboard:
     seeds: list[int]
     start: float
     """``zero_shot``'s R@10 (NaN without that row)."""
+    baseline: str
+    """The method each cell is compared with: the setting's baseline, by role."""
 
     @property
     def ranked(self) -> list[LeaderRow]:
@@ -137,15 +142,15 @@ def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge: Judge) -> No
 
 def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[str, str | None], start: float,
            judge: Judge) -> dict[float, LeaderCell]:
-    cells = {}
+    cells, baseline = {}, setting.role(BASELINE)
     for rate in setting.rates:
         metric = _stat(stats, (rate, method), columns[0])
         if not math.isfinite(metric.mean):
             continue
         cell = LeaderCell(metric, _stat(stats, (rate, method), columns[1]), collapsed=bool(setting.collapse_mark(method, rate)))
         cell.below_start = cell.recall.mean < start
-        if method != BASELINE and (rate, BASELINE) in stats.index:
-            check = judge(f"{method} vs {BASELINE}, {rate_label(rate)}", difference(method, BASELINE, rate))
+        if method != baseline and (rate, baseline) in stats.index:
+            check = judge(f"{method} vs {baseline}, {rate_label(rate)}", difference(method, baseline, rate))
             cell.versus = VERSUS.get(check.verdict, "")
         cells[rate] = cell
     return cells
@@ -169,11 +174,12 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
                       _cells(setting, stats, m, (metric, recall), start, judge)) for m in setting.methods]
     _mark_leaders(rows, setting.rates, judge)
     rows = [r for r in rows if r.kind == RANKED] + [r for r in rows if r.kind != RANKED]
-    for name in sorted(references.index, key=lambda n: n != BOUND):
+    bound, baseline = bound_label(setting), setting.role(BASELINE)
+    for name in sorted(references.index, key=lambda n: n != bound):
         span = LeaderCell(_stat(references, name, metric), _stat(references, name, recall))
-        if name == BOUND:
+        if name == bound:
             span.below_start = span.recall.mean < start
-        rows.append(LeaderRow(BOUND_ROW if name == BOUND else REFERENCE_ROW, BASELINE if name == BOUND else str(name),
+        rows.append(LeaderRow(BOUND_ROW if name == bound else REFERENCE_ROW, baseline if name == bound else str(name),
                               str(name), span=span))
     seeds = sorted({int(s) for s in setting.runs.seed})
-    return Leaderboard(metric, recall or "", setting.rates, rows, rule, epochs_text(view), seeds, start)
+    return Leaderboard(metric, recall or "", setting.rates, rows, rule, epochs_text(view), seeds, start, baseline)

@@ -31,7 +31,7 @@ def legend(board: Leaderboard) -> str:
     start = f" ({board.start:.2f})" if math.isfinite(board.start) else ""
     return (
         f"Each cell: {pair}, percent, mean ± std over seeds {','.join(map(str, board.seeds))}, {board.epochs}. "
-        f"Beside {board.metric}, its paired comparison with `sprc` at that noise rate by the claims' rule (both 95% "
+        f"Beside {board.metric}, its paired comparison with `{board.baseline}` at that noise rate by the claims' rule (both 95% "
         f"intervals, over seeds and over queries, on one side of 0): {MARKS[BETTER]} better, {MARKS[WORSE]} worse, "
         f"{MARKS[UNSEPARATED]} inconclusive. **Bold**: the best of its column, ahead of every other ranked method by "
         "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead). "
@@ -51,7 +51,7 @@ def recall_text(cell: LeaderCell) -> str:
 
 
 def cell_mark(cell: LeaderCell, marks: dict[str, str] = MARKS, collapse: str = COLLAPSE_MARK) -> str:
-    """The marks beside a cell's metric: its comparison with sprc, and the collapse mark."""
+    """The marks beside a cell's metric: its comparison with the baseline, and the collapse mark."""
     return marks.get(cell.versus, "") + (collapse if cell.collapsed else "")
 
 
@@ -158,7 +158,7 @@ def leaderboard_tex(board: Leaderboard) -> str:
 def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
     """The leaderboard as data, one row per cell: its row's kind, method and label, the noise
     rate (the bound: 0; a reference row: empty), both columns' mean, std and seeds, the
-    comparison with sprc, the lead and the marks."""
+    comparison with the baseline (column ``vs_<baseline>``), the lead and the marks."""
     records = []
     for row in board.rows:
         cells = {0.0 if row.kind == "bound" else math.nan: row.span} if row.span is not None else row.cells
@@ -167,7 +167,7 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
                 "kind": row.kind, "method": row.method, "label": row.label, "noise_rate": rate,
                 "metric": board.metric, "metric_mean": cell.metric.mean, "metric_std": cell.metric.std,
                 "recall": board.recall, "recall_mean": cell.recall.mean, "recall_std": cell.recall.std,
-                "n_seeds": cell.metric.n, "vs_sprc": cell.versus, "lead": cell.lead,
+                "n_seeds": cell.metric.n, f"vs_{board.baseline}": cell.versus, "lead": cell.lead,
                 "below_zero_shot": cell.below_start, "collapsed": cell.collapsed, "rule": board.rule,
             })
     return pd.DataFrame.from_records(records)

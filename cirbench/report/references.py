@@ -8,13 +8,16 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.load import Setting
-from cirbench.report.tables import BASELINE, Cell, TableModel, _format, run_columns, seed_stats, summarize, wide_columns
+from cirbench.report.tables import Cell, TableModel, _format, run_columns, seed_stats, summarize, wide_columns
+from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
+from cirbench.results.roles import BASELINE
 
-BOUND = f"{BASELINE} at 0% noise (bound)"
+BOUND = "{baseline} at 0% noise (bound)"
+"""The bound's row label, of the setting's baseline (:func:`bound_label`)."""
 REFERENCE_STYLES: dict[str, dict] = {
-    "zero_shot": {"color": "0.45", "linestyle": "-", "linewidth": 1.2},
-    "text_blind": {"color": "0.55", "linestyle": ":", "linewidth": 1.6},
-    "text_only": {"color": "0.45", "linestyle": (0, (3, 1, 1, 1, 1, 1)), "linewidth": 1.3},
+    ZERO_SHOT_ROW: {"color": "0.45", "linestyle": "-", "linewidth": 1.2},
+    TEXT_BLIND_ROW: {"color": "0.55", "linestyle": ":", "linewidth": 1.6},
+    TEXT_ONLY_ROW: {"color": "0.45", "linestyle": (0, (3, 1, 1, 1, 1, 1)), "linewidth": 1.3},
     BOUND: {"color": "0.15", "linestyle": "-.", "linewidth": 1.0},
 }
 """How each reference line is drawn: in grey (no method's colour), each with a line style of
@@ -24,11 +27,21 @@ OTHER_STYLE: dict = {"color": "0.65", "linestyle": (0, (1, 3)), "linewidth": 1.2
 """How a reference row the styles above do not name is drawn."""
 
 
-def reference_order(names: list[str]) -> list[str]:
-    """``names`` (reference rows and the bound) in display order: those of
-    :data:`REFERENCE_STYLES` in its order, then the others by name, the bound last."""
+def bound_label(setting: Setting) -> str:
+    """The bound's row label in ``setting``: its baseline (by role) at 0% noise."""
+    return BOUND.format(baseline=setting.role(BASELINE))
+
+
+def reference_style(setting: Setting, name: str) -> dict:
+    """How the reference row (or the bound) ``name`` of ``setting`` is drawn."""
+    return REFERENCE_STYLES.get(BOUND if name == bound_label(setting) else name, OTHER_STYLE)
+
+
+def reference_order(names: list[str], bound: str) -> list[str]:
+    """``names`` (reference rows and the bound, labelled ``bound``) in display order: those
+    of :data:`REFERENCE_STYLES` in its order, then the others by name, the bound last."""
     known = [m for m in REFERENCE_STYLES if m != BOUND and m in names]
-    return known + sorted(set(names) - set(known) - {BOUND}) + ([BOUND] if BOUND in names else [])
+    return known + sorted(set(names) - set(known) - {bound}) + ([bound] if bound in names else [])
 
 
 def reference_stats(setting: Setting) -> pd.DataFrame:
@@ -43,12 +56,13 @@ def reference_stats(setting: Setting) -> pd.DataFrame:
     per_run = run_columns(setting)
     if len(per_run.columns):
         stats = summarize(setting, per_run)
-        if (0.0, BASELINE) in stats.index:
-            blocks.append(stats.loc[[(0.0, BASELINE)]].droplevel("noise_rate").rename(index={BASELINE: BOUND}))
+        baseline = setting.role(BASELINE)
+        if (0.0, baseline) in stats.index:
+            blocks.append(stats.loc[[(0.0, baseline)]].droplevel("noise_rate").rename(index={baseline: bound_label(setting)}))
     if not blocks:
         return pd.DataFrame()
     out = pd.concat(blocks)
-    return out.loc[reference_order(list(out.index))]
+    return out.loc[reference_order(list(out.index), bound_label(setting))]
 
 
 def reference_table(setting: Setting) -> TableModel | None:

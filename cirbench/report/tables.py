@@ -1,7 +1,8 @@
 """The comparison tables in the layout of the ConeSep paper's Tables 1-2: rows are methods
 within a noise rate, columns the recall metrics plus the papers' average columns, cells
 mean +- std over seeds in percent, the best of each column and rate in bold and the second
-underlined; then each method's gain over ``sprc`` and the kept-set purity per method.
+underlined; then each method's gain over the baseline (the method whose role is ``baseline``)
+and the kept-set purity per method.
 
 Oracle methods (which saw the ground-truth flags) are shown but never ranked: they are a
 perfect filter, not a competitor.
@@ -20,8 +21,7 @@ from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, fina
 from cirbench.results.headline import (  # noqa: F401  (re-exported: the report's modules read them from here)
     CIRR_AVG, FIQ_AVG, SUMMARY_GROUPS, SUMMARY_METRIC, headline_column, metric_groups, metric_label, wide_columns,
 )
-
-BASELINE = "sprc"
+from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def recall_table(setting: Setting) -> TableModel | None:
     stats = summarize(setting, per_run)
     note = (
         "Final-epoch validation recall (%), mean ± std over seeds; best per noise rate in bold, "
-        "second underlined; oracle rows are not ranked."
+        f"second underlined; {setting.role(PERFECT_FILTER)} rows are not ranked."
     )
     return _ranked_table("Retrieval", stats, columns, setting, note)
 
@@ -187,27 +187,27 @@ def ablation_table(setting: Setting) -> TableModel | None:
 
 
 def gain_table(setting: Setting) -> TableModel | None:
-    """Each method's mean gain over ``sprc`` (percentage points) at each noise rate."""
+    """Each method's mean gain over the baseline (percentage points) at each noise rate."""
     per_run = run_columns(setting)
-    columns = list(per_run.columns)
-    if not columns or BASELINE not in setting.methods:
+    columns, baseline = list(per_run.columns), setting.role(BASELINE)
+    if not columns or baseline not in setting.methods:
         return None
     means = summarize(setting, per_run)["mean"]
     rows, shown = [], []
     for rate in sorted(means.index.get_level_values("noise_rate").unique()):
         block = means.xs(rate, level="noise_rate")
-        if BASELINE not in block.index:
+        if baseline not in block.index:
             continue
-        others = [m for m in setting.methods if m in block.index and m != BASELINE]
+        others = [m for m in setting.methods if m in block.index and m != baseline]
         for i, method in enumerate(others):
-            diff = block.loc[method, columns] - block.loc[BASELINE, columns]
+            diff = block.loc[method, columns] - block.loc[baseline, columns]
             cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}", 1 if d > 0.005 else 0) for d in diff]
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
-        shown += [(m, rate) for m in (BASELINE, *others)]
+        shown += [(m, rate) for m in (baseline, *others)]
     if not rows:
         return None
-    note = "Mean difference to sprc in percentage points; positive gains in bold." + collapse_note(setting, shown)
-    return TableModel(f"Gain over {BASELINE}", columns, rows, note)
+    note = f"Mean difference to {baseline} in percentage points; positive gains in bold." + collapse_note(setting, shown)
+    return TableModel(f"Gain over {baseline}", columns, rows, note)
 
 
 PURITY_COLUMNS: dict[str, str] = {
@@ -267,7 +267,7 @@ def purity_table(setting: Setting) -> TableModel | None:
 
 
 def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
-    """(rate, headline column, best compared method (no oracle, no ablation row, no sweep
+    """(rate, headline column, best compared method (no perfect filter, no ablation row, no sweep
     trial: a trial picked on the reported queries would be a peek), its mean) for every
     noise rate."""
     per_run = run_columns(setting)
