@@ -19,6 +19,7 @@ import pandas as pd
 from cirbench.report.cells_csv import FINAL_METRICS_FILE, read_final_metrics
 from cirbench.report.room import room_line, room_to_win
 from cirbench.results.atomic import atomic_write_text
+from cirbench.results.roles import BASELINE, PERFECT_FILTER, role_method
 
 BEGIN = "<!-- results: generated from the committed report by `cirbench report --readme`; do not edit -->"
 END = "<!-- results: end -->"
@@ -30,26 +31,29 @@ class ReadmeError(ValueError):
     """A README without the two markers of the generated block, or a report without its tables."""
 
 
-def _order(methods: list[str], oracles: set[str]) -> list[str]:
-    """``sprc`` first, perfect filters last, the others by name (the report's order)."""
-    return sorted(methods, key=lambda m: (m in oracles, m != "sprc", m))
+def _order(methods: list[str], oracles: set[str], baseline: str) -> list[str]:
+    """The baseline first, perfect filters last, the others by name (the report's order)."""
+    return sorted(methods, key=lambda m: (m in oracles, m != baseline, m))
 
 
 def _recall_table(cells: pd.DataFrame) -> list[str]:
-    """The Markdown table: one row per compared method (no ablation row, no sweep trial)."""
+    """The Markdown table: one row per compared method (no ablation row, no sweep trial); the
+    baseline and the perfect filter by role (:func:`~cirbench.results.roles.role_method`: the
+    table's ``role`` column, the legacy roles without it)."""
     compared = cells[~cells.method.str.contains(":")]
     stats = compared.groupby(["method", "noise_rate"])[METRIC].agg(["mean", "std"])
     rates = sorted(compared.noise_rate.unique())
-    oracles = {m for m in compared.method.unique() if m == "oracle"}
+    baseline = role_method(compared, BASELINE)
+    oracles = {role_method(compared, PERFECT_FILTER)} & set(compared.method)
     lines = ["| method | " + " | ".join(f"{r:.0%} noise" for r in rates) + " |", "|:--|" + "--:|" * len(rates)]
-    for method in _order(list(compared.method.unique()), oracles):
+    for method in _order(list(compared.method.unique()), oracles, baseline):
         row = []
         for rate in rates:
             if (method, rate) in stats.index:
                 mean, std = stats.loc[(method, rate)]
                 row.append(f"{mean:.3f} ± {std:.3f}" if pd.notna(std) else f"{mean:.3f}")
             else:
-                row.append("= `sprc`" if method in oracles and rate == 0 else "-")
+                row.append(f"= `{baseline}`" if method in oracles and rate == 0 else "-")
         name = f"`{method}` (perfect filter)" if method in oracles else f"`{method}`"
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     return lines
@@ -57,10 +61,11 @@ def _recall_table(cells: pd.DataFrame) -> list[str]:
 
 def _room_lines(cells: pd.DataFrame) -> list[str]:
     """The report's line of the perfect filter's room to win at each noise rate it ran at."""
+    roles = {role: role_method(cells, role) for role in (BASELINE, PERFECT_FILTER)}
     per_seed = {m: {float(r): part.set_index("seed")[METRIC] for r, part in cells[cells.method == m].groupby("noise_rate")}
-                for m in ("sprc", "oracle")}
-    rooms = [room_to_win(per_seed, rate) for rate in sorted(per_seed["oracle"]) if rate > 0]
-    return [f"- {room_line(room)}" for room in rooms if room is not None]
+                for m in roles.values()}
+    rooms = [room_to_win(per_seed, rate) for rate in sorted(per_seed[roles[PERFECT_FILTER]]) if rate > 0]
+    return [f"- {room_line(room, baseline=roles[BASELINE])}" for room in rooms if room is not None]
 
 
 def _verdicts(report_md: str, cells: pd.DataFrame) -> str:
