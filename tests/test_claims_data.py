@@ -16,6 +16,12 @@ from cirbench.plugins import builtin_methods_dir
 from cirbench.report import load_results
 from cirbench.report.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
 from cirbench.report.claims import claims_on, paper_claims
+from cirbench.report.gain_figure import gain_figure
+from cirbench.report.leaderboard import build_leaderboard
+from cirbench.report.leaderboard_render import leaderboard_frame, legend
+from cirbench.report.load import Setting
+from cirbench.report.references import bound_label, reference_stats
+from cirbench.report.tables import gain_table
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, NOT_RUN
 from cirbench.results.store import CellKey, ResultsStore
 from claims_golden import N_RESAMPLES, VERDICTS, verdicts, write_golden_results
@@ -74,22 +80,40 @@ def test_a_results_folder_and_the_environment_add_claims(tmp_path: Path, monkeyp
     assert claims["Env, Table 2"].verdict == NOT_RUN  # names a method the folder does not hold
 
 
-def test_the_baseline_is_found_by_role_not_by_name(tmp_path: Path) -> None:
-    """A folder whose baseline is called ``base``: the shipped claims compare with it."""
+def _renamed_baseline(root: Path) -> Setting:
+    """A folder whose baseline (by role) is called ``base``, beside ``hug``."""
     hits = {"base": HITS["sprc"], "hug": HITS["hug"]}
     cells = [(m, r, s) for m in hits for r in (0.0, 0.5, 0.8) for s in (0, 1, 2)]
-    write_claims_results(tmp_path, cells, hits)
+    write_claims_results(root, cells, hits)
     for _, rate, seed in [c for c in cells if c[0] == "base"]:
         tables, n_noisy = _cell("base", rate, seed, hits)
-        ResultsStore(tmp_path).write_run(CellKey(f"base-{rate}-{seed}", "base", "toy", "tiny", "thirds", rate, seed),
-                                         _run_row(n_noisy) | {"role": "baseline"}, tables)
-    (setting,) = load_results(tmp_path).settings
+        ResultsStore(root).write_run(CellKey(f"base-{rate}-{seed}", "base", "toy", "tiny", "thirds", rate, seed),
+                                     _run_row(n_noisy) | {"role": "baseline"}, tables)
+    (setting,) = load_results(root).settings
+    return setting
+
+
+def test_the_baseline_is_found_by_role_not_by_name(tmp_path: Path) -> None:
+    """A folder whose baseline is called ``base``: the shipped claims compare with it."""
+    setting = _renamed_baseline(tmp_path)
     assert setting.role("baseline") == "base" and setting.methods[0] == "base"
     claims = {c.source: c for c in paper_claims(setting, n_resamples=100)}
     hug = claims["HUG Tables 1-2"]
     assert hug.text == "hug beats point matching (base) at every noise rate run"
     assert [c.label for c in hug.checks] == ["hug - base at 0%", "hug - base at 50%", "hug - base at 80%"]
     assert hug.verdict == DOES_NOT_HOLD
+
+
+def test_the_leaderboard_tables_and_figures_compare_with_the_baseline_by_role(tmp_path: Path) -> None:
+    setting = _renamed_baseline(tmp_path / "results")
+    board = build_leaderboard(setting, n_resamples=100)
+    cells = {(row.method, rate): cell for row in board.rows for rate, cell in row.cells.items()}
+    assert board.baseline == "base" and cells[("hug", 0.5)].versus and not cells[("base", 0.5)].versus
+    assert "`base`" in legend(board) and "vs_base" in leaderboard_frame(board).columns
+    assert gain_table(setting).title == "Gain over base"
+    assert bound_label(setting) == "base at 0% noise (bound)" and bound_label(setting) in reference_stats(setting).index
+    figure = gain_figure(setting, tmp_path / "figures")
+    assert figure is not None and figure.path.stem == "gain_over_base"
 
 
 @pytest.mark.parametrize("body, message", [
@@ -121,22 +145,16 @@ def test_the_shipped_file_reads_and_its_claims_are_the_reports(tmp_path: Path) -
     assert published.baseline not in published.robust and published.floor
 
 
-PENDING = {"content.py", "figures.py", "forest.py", "gain_figure.py", "layout.py", "leaderboard.py", "leaderboard_render.py",
-           "palette.py", "readme.py", "significance.py", "tables.py"}
-"""The modules that still name a method (the layout of issue 47: the baseline as ``tables.BASELINE``,
-the palette's fixed colours, docstrings): each leaves this set once it names none (the test
-fails until it does); the claims, the calibration, the room to win and the loading are clean."""
-
-
 def test_no_report_module_names_a_method() -> None:
     """The report's code (docstrings included) names no method: the built-in methods' names
     (their plugin files), as whole lower-case words, appear only in its data files
-    (``claims.toml``); the reference rows are labels (``cirbench.results.labels``), not methods."""
+    (``claims.toml``, ``palette.toml``); the reference rows are labels (``cirbench.results.labels``),
+    not methods."""
     names = sorted(p.stem for p in builtin_methods_dir().glob("*.py") if not p.name.startswith("_"))
     assert {"sprc", "oracle", "tme", "conesep", "hug", "habit", "intent"} <= set(names)
     pattern = re.compile(r"\b(" + "|".join(names) + r")\b")
     found = {p.name: sorted(set(pattern.findall(p.read_text(encoding="utf-8")))) for p in sorted(REPORT.glob("*.py"))}
-    assert {f for f, hits in found.items() if hits} == PENDING, found
+    assert not {f: hits for f, hits in found.items() if hits}
 
 
 def test_a_role_is_declared_by_the_class_never_inherited() -> None:

@@ -1,6 +1,6 @@
 """The claims at a glance: a forest plot of every comparison behind the report's claims, one
 panel per unit (recall, purity, AUROC), the rows grouped by claim (its number and short
-title as the group's label, a line between groups) and named in words ("tme vs sprc, 80%").
+title as the group's label, a line between groups) and named in words ("a vs baseline, 80%").
 
 A paired comparison is drawn as its mean difference with its seed interval and its query (or
 sample) interval against the threshold it must clear, coloured by its verdict; a kept set
@@ -51,8 +51,8 @@ class ForestRow:
 
 
 def row_words(check: Check) -> str:
-    """A check's label in words: ``tme - sprc at 80%`` -> ``tme vs sprc, 80%``; a kept set
-    against chance ``tme at 80%`` -> ``tme vs chance, 80%``."""
+    """A check's label in words: ``a - baseline at 80%`` -> ``a vs baseline, 80%``; a kept
+    set against chance ``a at 80%`` -> ``a vs chance, 80%``."""
     if check.kept_sets:
         method, _, rate = check.label.rpartition(" at ")
         return f"{method} vs chance, {rate}"

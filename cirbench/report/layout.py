@@ -1,6 +1,6 @@
 """The order of a report, whatever its format: the leaderboards first, then a linked table of
-contents, then per setting its figures that answer the claims (the gain over ``sprc`` with the
-perfect filter's cap, recall against noise, purity, the claims' forest plot), the claims
+contents, then per setting its figures that answer the claims (the gain over the baseline with
+the perfect filter's cap, recall against noise, purity, the claims' forest plot), the claims
 table, and the words, tables and remaining figures; every titled part with an anchor."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Is a difference between methods real? Paired comparisons over seeds and a paired
 bootstrap, the verdict rule of the report's claims, and the kept-set test against chance.
 
-A comparison is a contrast of cells (method, noise rate), e.g. ``conesep - sprc`` at 50%
-noise, or ``(tme - sprc at 80%) - (tme - sprc at 50%)``: its value on one seed is the
+A comparison is a contrast of cells (method, noise rate), e.g. ``a - baseline`` at 50%
+noise, or ``(a - baseline at 80%) - (a - baseline at 50%)``: its value on one seed is the
 weighted sum of the cells' metrics on that seed (same seed = same noisy subset, so the
 cells are paired by seed), plus an optional offset (a comparison with a constant).
 
