@@ -7,7 +7,7 @@ Chosen by calibrating the embedded benchmark with the ordinary baseline, the per
 and the reference rows only (``docs/benchmark.md``); 128 is also the papers' batch size.
 """
 
-EPOCHS = 10
+EPOCHS = 2
 BATCH_SIZE = 128
 HOLDOUT = 0.1
 """The share of the training triplets a generated dataset's grid holds out for selection by

@@ -17,6 +17,7 @@ os.environ["CIRBENCH_JOBS"] = "1"
 
 QUICK_STAGE1 = dict(steps=6, batch_size=16, pool=64)
 QUICK_CIR = dict(steps=6, batch_size=16, n_scenes=40, mods=2)
+QUICK_TOWER = dict(steps=3, batch_size=16, pool=64)
 
 
 @pytest.fixture
@@ -41,14 +42,15 @@ def quick_pretraining(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _quick_tiny_start():
-    """In this process, ``tiny``'s pre-trainings (``stage1``, and ``cir`` where a test
-    rebuilds it) run at a test's size wherever a test's cache directory has none yet; the
+    """In this process, ``tiny``'s pre-trainings (the tower, ``stage1``, and ``cir`` where a
+    test rebuilds it) run at a test's size wherever a test's cache directory has none yet; the
     default start is the released file and is never pre-trained."""
     from cirbench.backbones import tiny_pretrain
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tiny_pretrain, "pretrain_stage1", partial(tiny_pretrain.pretrain_stage1, **QUICK_STAGE1))
         patch.setattr(tiny_pretrain, "pretrain_composed_retrieval", partial(tiny_pretrain.pretrain_composed_retrieval, **QUICK_CIR))
+        patch.setattr(tiny_pretrain, "pretrain_tiny_tower", partial(tiny_pretrain.pretrain_tiny_tower, **QUICK_TOWER))
         yield
 
 

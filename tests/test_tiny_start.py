@@ -33,6 +33,8 @@ def test_the_shipped_start_has_its_recorded_digest_and_start_key(tmp_path: Path)
     backbone = BACKBONES.get("tiny")(0, tmp_path, None)
     assert backbone.start_key() == tiny_release.START_KEY
     assert backbone.start_key().startswith(backbone.tower_key() + "+cir-")  # the key keeps its meaning
+    assert backbone.tower_key().startswith("tiny-pretrained-")  # the released start's tower is pre-trained
+    assert (backbone.hidden_size, backbone.num_query_tokens, len(backbone.layers)) == (64, 8, 2)  # its composer's shape
     assert tiny_pretrain.start_identity("cir") == tiny_pretrain.start_identity(None) == tiny_release.START_KEY
 
 
@@ -57,7 +59,8 @@ def test_weights_cir_never_pretrains(tmp_path: Path, monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the released start must not be pre-trained")
 
-    for name in ("pretrain_stage1", "pretrain_composed_retrieval", "pretrained_composer_state", "_cached"):
+    for name in ("pretrain_stage1", "pretrain_composed_retrieval", "pretrained_composer_state", "_cached", "pretrain_tiny_tower",
+                 "pretrained_tower_state"):
         monkeypatch.setattr(tiny_pretrain, name, refuse)
     for weights in ("cir", None):
         assert BACKBONES.get("tiny")(3, tmp_path, weights).start_key() == tiny_release.START_KEY
@@ -77,9 +80,10 @@ def test_the_package_data_carries_the_start() -> None:
 def test_rebuild_is_compared_bit_for_bit_and_released(tmp_path: Path, monkeypatch) -> None:
     rebuilt = rebuild_start()  # the quick pre-training of the test session
     differences = compare(rebuilt, tiny_start.shipped_start())
-    assert all(d.equal for d in differences if d.name.startswith("tower."))  # the seeded tower is the released one
-    differing = [d for d in differences if not d.equal]
-    assert differing and all(0 < d.max_abs < float("inf") for d in differing)
+    differing = [d for d in differences if not d.equal]  # the quick tower and composer: same shapes, other values
+    assert {d.name.split(".")[0] for d in differing} == {"tower", "composer"}
+    assert all(0 < d.max_abs < float("inf") for d in differing)
+    assert rebuilt.info["tower"] == "pretrained" and rebuilt.key().startswith("tiny-pretrained-")
 
     first = release(rebuilt, tmp_path / "starts", tmp_path / "record.py")
     assert first.release == 1 and first.path.name == "tiny-cir-v1.pt"

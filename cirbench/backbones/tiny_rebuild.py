@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 from cirbench.backbones import tiny_pretrain, tiny_release, tiny_start
-from cirbench.backbones.tiny import TinyBackbone
 from cirbench.backbones.tiny_start import TinyStart, start_bytes
 from cirbench.results.atomic import atomic_write, atomic_write_text
 
@@ -54,10 +53,13 @@ def rebuild_start(cache_dir: Path | None = None) -> TinyStart:
     """The ``cir`` start pre-trained from code now, from an empty cache (minutes on a CPU);
     ``cache_dir``: a pre-training cache to read instead (the command never passes one)."""
     with tempfile.TemporaryDirectory(prefix="cirbench-start-") as empty:
-        composer = tiny_pretrain.pretrained_composer_state("cir", Path(cache_dir or empty), lambda: TinyBackbone(seed=0))
-    tower = {name: value.detach().clone() for name, value in TinyBackbone(seed=0).tower.state_dict().items()}
+        cache = Path(cache_dir or empty)
+        tower_state = tiny_pretrain.pretrained_tower_state(cache)
+        composer = tiny_pretrain.pretrained_composer_state("cir", cache, lambda: tiny_pretrain.start_backbone(tower_state))
+    tower = {name: value.detach().clone() for name, value in tower_state.items()}
     info = {
-        "weights": "cir", "stage1_version": tiny_pretrain.STAGE1_VERSION, "cir_version": tiny_pretrain.CIR_VERSION,
+        "weights": "cir", "tower": "pretrained", "tower_version": tiny_pretrain.TOWER_VERSION,
+        "stage1_version": tiny_pretrain.STAGE1_VERSION, "cir_version": tiny_pretrain.CIR_VERSION,
         "threads": str(tiny_pretrain.PRETRAIN_THREADS), "torch": torch.__version__,
         "machine": f"{platform.machine()} {platform.processor()}".strip(),
     }

@@ -47,7 +47,8 @@ class TinyStart:
     def backbone(self, seed: int = 0) -> TinyBackbone:
         """A fresh :class:`TinyBackbone` holding this start (every weight is loaded, so
         ``seed`` changes nothing)."""
-        backbone = TinyBackbone(seed=seed, tower="random", tower_state=self.tower)
+        backbone = TinyBackbone(seed=seed, tower=self.info.get("tower", "random"), tower_state=self.tower,
+                                **composer_shape(self.composer))
         missing, unexpected = backbone.load_state_dict(self.composer, strict=False)
         missing = [name for name in missing if not name.startswith("tower.")]
         if missing or unexpected:
@@ -59,6 +60,15 @@ class TinyStart:
     def key(self) -> str:
         """The start key a backbone holding this start records (tower key + composer digest)."""
         return self.backbone().start_key()
+
+
+def composer_shape(composer: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The :class:`TinyBackbone` sizes a composer state was trained at (width, projection
+    size, query tokens, layers), read from its tensors' shapes."""
+    _, queries, hidden = composer["query_tokens"].shape
+    layers = {name.split(".")[1] for name in composer if name.startswith("layers.")}
+    return {"hidden_size": int(hidden), "embed_dim": int(composer["text_proj.weight"].shape[0]),
+            "num_query_tokens": int(queries), "num_layers": len(layers)}
 
 
 def start_bytes(start: TinyStart) -> bytes:

@@ -94,7 +94,7 @@ class ShapesParams:
     """Parameters of the ``shapes`` benchmark; equal parameters give identical data."""
 
     seed: int = 0
-    n_train_scenes: int = 2000
+    n_train_scenes: int = 10000
     n_val_scenes: int = 100
     mods_per_scene: int = 2
     image_size: int = 32
