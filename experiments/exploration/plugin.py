@@ -1,0 +1,76 @@
+"""Plugins for exploring the embedded default (issue 43): a ``tiny`` backbone that starts
+from any start file made by ``make_start.py``, and ``shapes`` datasets of other sizes and
+generator seeds.
+
+``cirbench calibrate --plugin experiments/exploration/plugin.py --backbone tiny-file
+--weights datasets/starts/NAME.pt --dataset shapes-s10000`` calibrates one setting; the
+start's digest is its identity in the run ids, so two starts are never compared as one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from cirbench.backbones.base import Backbone, state_digest
+from cirbench.backbones.registry import BackboneFactory
+from cirbench.backbones.tiny import TinyBackbone
+from cirbench.data.registry import ShapesLoader
+
+SHAPE_KEYS = ("hidden_size", "embed_dim", "num_query_tokens", "num_layers", "num_heads")
+
+
+def load_start_file(path: str | Path, seed: int = 0) -> TinyBackbone:
+    """A ``tiny`` backbone holding the start in ``path`` (``make_start.py``'s layout: the
+    tower's state, the composer's, and ``info`` with the composer's shape)."""
+    payload = torch.load(Path(path), weights_only=True)
+    shape = {key: int(payload["info"][key]) for key in SHAPE_KEYS if key in payload["info"]}
+    backbone = TinyBackbone(seed=seed, tower="file", tower_state=payload["tower"], **shape)
+    missing, unexpected = backbone.load_state_dict(payload["composer"], strict=False)
+    missing = [name for name in missing if not name.startswith("tower.")]
+    if missing or unexpected:
+        raise ValueError(f"start file {path} does not fit tiny{shape}: missing {missing}, unexpected {unexpected}")
+    backbone.pretrained_start = f"file-{state_digest(payload['composer']):08x}"
+    return backbone
+
+
+class TinyFromFile(BackboneFactory):
+    """``tiny`` started from a start file given as ``--weights PATH``."""
+
+    name = "tiny-file"
+    description = "exploration: tiny started from a start file (--weights PATH, made by experiments/exploration/make_start.py)"
+    default_lr = TinyBackbone.default_lr
+
+    def start_identity(self, weights: str | None) -> str:
+        """The start file's sha256 prefix (what a run id holds for the start)."""
+        if not weights:
+            raise ValueError("tiny-file needs --weights PATH (a start file)")
+        return "file-" + hashlib.sha256(Path(weights).read_bytes()).hexdigest()[:12]
+
+    def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+        if not weights:
+            raise ValueError("tiny-file needs --weights PATH (a start file)")
+        return load_start_file(weights, seed)
+
+
+def _shapes(name: str, **params: int) -> type[ShapesLoader]:
+    description = f"exploration: shapes with {params}"
+
+    class Sized(ShapesLoader):
+        def __init__(self) -> None:
+            super().__init__(description, **params)
+
+    Sized.name = name
+    Sized.__name__ = Sized.__qualname__ = "Shapes_" + name.replace("-", "_")
+    return Sized
+
+
+ShapesS5000 = _shapes("shapes-s5000", n_train_scenes=5000)
+ShapesS10000 = _shapes("shapes-s10000", n_train_scenes=10000)
+ShapesS20000 = _shapes("shapes-s20000", n_train_scenes=20000)
+ShapesS10000G1 = _shapes("shapes-s10000-g1", n_train_scenes=10000, seed=1)
+ShapesS10000G2 = _shapes("shapes-s10000-g2", n_train_scenes=10000, seed=2)
+ShapesS5000G1 = _shapes("shapes-s5000-g1", n_train_scenes=5000, seed=1)
+ShapesS5000G2 = _shapes("shapes-s5000-g2", n_train_scenes=5000, seed=2)
