@@ -161,7 +161,9 @@ def calibrate_grid(fields: dict):
     setting of ``fields`` (a ``holdout`` of None: the dataset's default), pre-flighted."""
     from cirbench.engine.calibrate import calibration_grid
     from cirbench.engine.grid import GridError, GridSpec
+    from cirbench.plugins import discover
 
+    discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
     fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
     try:
         grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields))

@@ -215,3 +215,19 @@ def test_no_margin_at_50_percent_is_a_failure(tmp_path: Path) -> None:
     check = next(c for c in calibration_checks(setting) if c.name == "something to win at 50%")
     assert (check.value, check.target, check.verdict) == (0.0, "> 0", "FAIL")
     assert next(c for c in calibration_checks(setting) if c.name == "text matters (ranking)").verdict == "n/a"  # not run
+
+
+def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, cache_dir: Path) -> None:
+    """A generated dataset from ``--plugin`` gets the generated datasets' held-out share, as
+    ``shapes`` does (it resolved to none when the share was read before the plugin registered)."""
+    from cirbench import defaults
+    from cirbench.cli_grid import calibrate_grid
+
+    plugin = tmp_path / "tiny_shapes.py"
+    plugin.write_text("from cirbench.data.registry import ShapesLoader\n\n\n"
+                      "class TinyShapes(ShapesLoader):\n    name = 'shapes-calibrate-plugin'\n\n"
+                      "    def __init__(self) -> None:\n"
+                      "        super().__init__('test set', n_train_scenes=30, n_val_scenes=10)\n")
+    grid = calibrate_grid(dict(seeds=[0], dataset="shapes-calibrate-plugin", epochs=1, batch_size=16,
+                               output=tmp_path / "out", cache_dir=cache_dir, holdout=None, plugin_files=[plugin]))
+    assert grid.spec.holdout == defaults.HOLDOUT > 0
