@@ -17,21 +17,17 @@ import torch
 from cirbench.backbones.base import Backbone, state_digest
 from cirbench.backbones.registry import BackboneFactory
 from cirbench.backbones.tiny import TinyBackbone
+from cirbench.backbones.tiny_start import TinyStart
 from cirbench.data.registry import ShapesLoader
-
-SHAPE_KEYS = ("hidden_size", "embed_dim", "num_query_tokens", "num_layers", "num_heads")
-
 
 def load_start_file(path: str | Path, seed: int = 0) -> TinyBackbone:
     """A ``tiny`` backbone holding the start in ``path`` (``make_start.py``'s layout: the
-    tower's state, the composer's, and ``info`` with the composer's shape)."""
+    tower's state, the composer's, whose sizes are read from its tensors, and ``info``)."""
     payload = torch.load(Path(path), weights_only=True)
-    shape = {key: int(payload["info"][key]) for key in SHAPE_KEYS if key in payload["info"]}
-    backbone = TinyBackbone(seed=seed, tower="file", tower_state=payload["tower"], **shape)
-    missing, unexpected = backbone.load_state_dict(payload["composer"], strict=False)
-    missing = [name for name in missing if not name.startswith("tower.")]
-    if missing or unexpected:
-        raise ValueError(f"start file {path} does not fit tiny{shape}: missing {missing}, unexpected {unexpected}")
+    try:
+        backbone = TinyStart(payload["tower"], payload["composer"], {"tower": "file"}).backbone(seed)
+    except ValueError as exc:
+        raise ValueError(f"start file {path}: {exc}") from None
     backbone.pretrained_start = f"file-{state_digest(payload['composer']):08x}"
     return backbone
 
