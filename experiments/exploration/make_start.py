@@ -27,7 +27,6 @@ from cirbench.data.shapes import SHAPES_COLOURS
 
 CACHE = Path("datasets/starts/cache")
 """Towers and stage-1 composers already made, reused by later starts."""
-SHAPE_KEYS = ("hidden_size", "embed_dim", "num_query_tokens", "num_layers", "num_heads")
 
 
 SHIFTS = {
