@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +31,24 @@ CACHE = Path("datasets/starts/cache")
 
 
 SHIFTS = {
-    "none": {},
-    "colours": {colour: f"{colour}ish" for colour in SHAPES_COLOURS},
+    "none": lambda word: word,
+    "colours": lambda word: f"{word}ish" if word in SHAPES_COLOURS else word,
+    "words": lambda word: f"{word}zq",
 }
-"""Words the pre-training sees in place of the benchmark's (a one-to-one map): under
-``colours`` the start never reads a benchmark colour word, which the fine-tune must teach."""
+"""Words the pre-training sees in place of the benchmark's (one-to-one maps): under
+``colours`` the start never reads a benchmark colour word, under ``words`` no benchmark
+word at all; the fine-tune must teach them."""
 
 
 class ShiftedTokenizer(HashingTokenizer):
     """The hashing tokenizer with each word first mapped through ``shift``."""
 
-    def __init__(self, shift: dict[str, str]) -> None:
+    def __init__(self, shift: Callable[[str], str]) -> None:
         super().__init__()
         self.shift = shift
 
     def word_ids(self, text: str) -> list[int]:
-        return super().word_ids(" ".join(self.shift.get(w, w) for w in _WORD.findall(text.lower())))
+        return super().word_ids(" ".join(self.shift(w) for w in _WORD.findall(text.lower())))
 
 
 def heldout_composed_r10(backbone: TinyBackbone, n_scenes: int = 200, mods: int = 4) -> tuple[float, float]:

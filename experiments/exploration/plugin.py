@@ -70,3 +70,19 @@ ShapesS10000G1 = _shapes("shapes-s10000-g1", n_train_scenes=10000, seed=1)
 ShapesS10000G2 = _shapes("shapes-s10000-g2", n_train_scenes=10000, seed=2)
 ShapesS5000G1 = _shapes("shapes-s5000-g1", n_train_scenes=5000, seed=1)
 ShapesS5000G2 = _shapes("shapes-s5000-g2", n_train_scenes=5000, seed=2)
+
+
+def _tiny_file_at(lr: float, tag: str) -> type[TinyFromFile]:
+    """``tiny-file`` whose fine-tune runs at ``lr`` instead of the default's rate."""
+
+    class AtRate(TinyFromFile):
+        default_lr = lr
+
+    AtRate.name = f"tiny-file-{tag}"
+    AtRate.description = f"exploration: tiny-file fine-tuned at lr {lr:g}"
+    AtRate.__name__ = AtRate.__qualname__ = "TinyFromFile_" + tag.replace(".", "_").replace("-", "_")
+    return AtRate
+
+
+TinyFileHalfRate = _tiny_file_at(TinyBackbone.default_lr / 2, "lr-half")
+TinyFileDoubleRate = _tiny_file_at(TinyBackbone.default_lr * 2, "lr-double")
