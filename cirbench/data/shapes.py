@@ -141,6 +141,23 @@ def caption_scene(scene: Scene) -> str:
 # ----------------------------------------------------------------------------- rendering
 
 
+def _shape_masks(dx: np.ndarray, dy: np.ndarray, half: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """(k, s, s) pixel masks of k objects: offsets ``dx`` (k, 1, s), ``dy`` (k, s, 1) from their
+    centres, half extents ``half`` (k, 1, 1), shape ids ``shape`` (k,); each object's mask is
+    computed for its own shape only."""
+    mask = np.empty((len(shape), dy.shape[1], dx.shape[2]), dtype=bool)
+    for kind in range(len(SHAPES_SHAPES)):
+        rows = np.flatnonzero(shape == kind)
+        x, y, hk = dx[rows], dy[rows], half[rows]
+        if kind == 0:
+            mask[rows] = x * x + y * y <= hk * hk
+        elif kind == 1:
+            mask[rows] = (np.abs(x) <= 0.85 * hk) & (np.abs(y) <= 0.85 * hk)
+        else:
+            mask[rows] = (y <= hk) & (np.abs(x) <= 0.5 * (y + hk))  # apex up, base width 2h
+    return mask
+
+
 def render_scenes(scenes: list[Scene], rng: np.random.Generator, image_size: int = 32) -> np.ndarray:
     """Render scenes to (N, image_size, image_size, 3) uint8 RGB, with fresh jitter per call."""
     if image_size < 12:
@@ -167,11 +184,7 @@ def render_scenes(scenes: list[Scene], rng: np.random.Generator, image_size: int
         lo, hi = np.searchsorted(owner, [start, stop])
         dx = coords[None, None, :] - cx[lo:hi]  # (k, 1, s)
         dy = coords[None, :, None] - cy[lo:hi]  # (k, s, 1)
-        hk = h[lo:hi]
-        circle = dx * dx + dy * dy <= hk * hk
-        square = (np.abs(dx) <= 0.85 * hk) & (np.abs(dy) <= 0.85 * hk)
-        triangle = (dy <= hk) & (np.abs(dx) <= 0.5 * (dy + hk))  # apex up, base width 2h
-        mask = np.where(shape[lo:hi] == 0, circle, np.where(shape[lo:hi] == 1, square, triangle))
+        mask = _shape_masks(dx, dy, h[lo:hi], shape[lo:hi, 0, 0])
         k, yy, xx = np.nonzero(mask)
 
         canvas = np.empty((stop - start, s, s, 3), dtype=np.float32)
