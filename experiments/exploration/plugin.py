@@ -78,6 +78,11 @@ def _tiny_file_at(lr: float, tag: str) -> type[TinyFromFile]:
     class AtRate(TinyFromFile):
         default_lr = lr
 
+        def __call__(self, seed: int, cache_dir: Path, weights: str | None) -> Backbone:
+            backbone = super().__call__(seed, cache_dir, weights)
+            backbone.default_lr = lr  # the training loop reads the built backbone's rate
+            return backbone
+
     AtRate.name = f"tiny-file-{tag}"
     AtRate.description = f"exploration: tiny-file fine-tuned at lr {lr:g}"
     AtRate.__name__ = AtRate.__qualname__ = "TinyFromFile_" + tag.replace(".", "_").replace("-", "_")
