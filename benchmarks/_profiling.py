@@ -17,6 +17,7 @@ import torch
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
 from cirbench.cli_grid import resolved_holdout
+from cirbench.engine.cell import run_reference
 from cirbench.engine.grid import Grid, GridSpec
 
 HELD_OUT, VALIDATION = "held-out", "validation"
@@ -99,7 +100,7 @@ def reference_rows_seconds(grid: Grid) -> float:
     cells (and which a cell then reads instead of evaluating its ``text_only`` row)."""
     start = time.perf_counter()
     for cell in grid.reference_cells():
-        grid.run_reference(cell, announce=lambda message: None)
+        run_reference(grid.resources, cell, announce=lambda message: None)
     return time.perf_counter() - start
 
 

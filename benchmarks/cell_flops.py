@@ -83,7 +83,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import cirbench.engine.train as train_module
 from _profiling import (HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds,
                         start_up_seconds, timed)
-from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+from cirbench.engine.grid import Grid
+from cirbench.engine.spec import Cell, GridSpec
+from cirbench.engine.worker import run_cell_by_id
 
 METHODS = "sprc,tme,conesep,hug,habit,intent,oracle"
 STEP, PASSES, BATCHES, REST = "step", "passes", "batches", "set-up, rest"

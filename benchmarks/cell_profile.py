@@ -25,6 +25,7 @@ import torch
 import cirbench.engine.train as train_module
 from _profiling import (HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds,
                         start_up_seconds, timed)
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 
 TIMES: dict[str, float] = defaultdict(float)
@@ -57,7 +58,7 @@ def main() -> None:
         method_cls = cell.method_cls
         start = time.perf_counter()
         with patched(method_cls, "on_epoch_start", timed("epoch passes", method_cls.on_epoch_start, TIMES)):
-            outcome = grid.run_cell(cell, progress=lambda info: None, announce=lambda message: None)
+            outcome = run_cell(grid.resources, cell, progress=lambda info: None, announce=lambda message: None)
         wall = time.perf_counter() - start
         if outcome.status != "completed":
             print(f"{cell.key.run_id}: {outcome.status} {outcome.error}")

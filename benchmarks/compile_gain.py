@@ -50,7 +50,9 @@ import cirbench.engine.train as train_module
 from _profiling import default_spec, evaluated_split, patched, reference_rows_seconds
 from cell_flops import first_batches
 from cirbench.backbones.tiny import ComposerLayer
-from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+from cirbench.engine.grid import Grid
+from cirbench.engine.spec import Cell, GridSpec
+from cirbench.engine.worker import run_cell_by_id
 
 COMPILED_TYPES = (ComposerLayer, nn.TransformerEncoderLayer)
 RECOMPILE_LIMIT = 64

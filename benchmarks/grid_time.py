@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cirbench.engine.cell import run_cell
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.grid import Grid, GridSpec
 
@@ -60,7 +61,7 @@ def main() -> None:
     )
     start = time.perf_counter()
     grid = Grid(spec)
-    outcomes = [grid.run_cell(cell, lambda info: None, announce=print) for cell in grid.cells]
+    outcomes = [run_cell(grid.resources, cell, lambda info: None, announce=print) for cell in grid.cells]
     wall = time.perf_counter() - start
 
     per_step, model_seconds, trained = defaultdict(list), 0.0, {}
@@ -72,9 +73,9 @@ def main() -> None:
         model_seconds += o.result.model_seconds
         trained.setdefault(o.cell.key.method, o.result.method)
 
-    dataset = grid.dataset()
+    dataset = grid.resources.dataset()
     backbone = next(iter(trained.values())).backbone
-    tokens = grid.tokens(backbone, print)
+    tokens = grid.resources.tokens(backbone, print)
     texts = backbone.tokenize(dataset.val.texts)
     refs = torch.from_numpy(np.asarray(tokens[dataset.val.reference], dtype=np.float32))
     query_time, retrieval_time = {}, {}

@@ -47,7 +47,9 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 import cirbench.engine.train as train_module
 from _profiling import HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds
 from cell_flops import METHODS, first_batches, matmul_rate, random_states_kept
-from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+from cirbench.engine.grid import Grid
+from cirbench.engine.spec import Cell, GridSpec
+from cirbench.engine.worker import run_cell_by_id
 
 STEP = "step"
 RECORDED_STEP = 2

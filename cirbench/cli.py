@@ -98,7 +98,7 @@ def run(
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
         dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
-        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
+        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers), absolute=launcher != "none")
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
     outcomes = run_here(grid, jobs)

@@ -31,17 +31,20 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
     return defaults.HOLDOUT if loader is not None and not loader.files else 0.0
 
 
-def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
+def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict,
+                   absolute: bool = False, discovery=None):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
     --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded.
     A ``holdout`` of None in ``fields`` is the dataset's default, resolved once the plugins
-    (which may define the dataset) are registered."""
-    from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
-    from cirbench.engine.grid import Grid, GridError, GridSpec
+    (which may define the dataset) are registered. With ``absolute``, its paths are made
+    absolute first, as a scheduler job elsewhere needs them (and so its run ids name them).
+    ``discovery``: the plugins when already discovered (once per process)."""
+    from cirbench.engine.grid import Grid
+    from cirbench.engine.spec import GridError, GridSpec, absolute_spec
     from cirbench.plugins import discover
 
     try:
-        discovery = discover(list(plugin))
+        discovery = discovery or discover(list(plugin))
         if discovery.errors:
             raise GridError("; ".join(discovery.errors))
         fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
@@ -49,12 +52,15 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
         overrides = parse_overrides(list(set_))
         rates = _split(noise, float, "--noise") if noise is not None else None
         if ablate:
+            from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
+
             ablation = expand_ablations(_split(ablate, str, "--ablate"), discovery.methods)
             labels, overrides = merge_rows(labels, overrides, ablation)
             rates = ablation.noise_rates if rates is None else rates
             console.print(f"[dim]--ablate: {escape(describe_ablation(ablation))}[/]")
         rates = rates if rates is not None else _split(DEFAULT_NOISE, float, "--noise")
-        grid = Grid(GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields), discovery)
+        spec = GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields)
+        grid = Grid(absolute_spec(spec) if absolute else spec, discovery)
     except (GridError, ConfigError) as exc:
         _fail(str(exc))
     for problem in grid.discovery.problems:
@@ -100,11 +106,11 @@ def run_here(grid, jobs: int) -> list:
 def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str]) -> int:
     """Submit one job per pending cell, list the jobs (waiting for them with ``local``); the exit code."""
     from cirbench import show
-    from cirbench.engine import runner
+    from cirbench.engine import launch as scheduler, runner
 
     runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
     try:
-        submission = runner.submit(grid.spec, launcher, gpus_per_cell, scheduler_option)
+        submission = scheduler.submit(grid, launcher, gpus_per_cell, scheduler_option)
         if not submission.jobs:
             console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {grid.spec.output} "
                           "(--overwrite redoes them)")
@@ -112,19 +118,19 @@ def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str])
         outcomes = []
         if launcher == "local":
             with console.status(f"waiting for {len(submission.jobs)} local jobs"):
-                outcomes = runner.wait(submission)
+                outcomes = scheduler.wait(submission)
     except (ValueError, ImportError) as exc:
         _fail(str(exc))
     show.submission(console, launcher, submission, outcomes)
     if launcher == "slurm":
         console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
-    return int(runner.launch_failed(outcomes))
+    return int(scheduler.launch_failed(outcomes))
 
 
 def print_summary(grid, outcomes: list) -> None:
     """The run summary table of ``outcomes`` as the store holds them."""
     from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.engine.spec import backbone_label, dataset_label
     from cirbench.results.store import ResultsFolderError
     from cirbench.results.summary import run_summary
 
@@ -153,20 +159,20 @@ def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[
     except (SweepError, KeyError) as exc:
         _fail(str(exc).strip("'\""))
     sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
-    return validated_grid(",".join(labels), noise, None, sets, plugin, fields)
+    return validated_grid(",".join(labels), noise, None, sets, plugin, fields, discovery=discovery)
 
 
 def calibrate_grid(fields: dict):
     """The calibration grid of ``cirbench calibrate`` (:mod:`cirbench.engine.calibrate`) on the
     setting of ``fields`` (a ``holdout`` of None: the dataset's default), pre-flighted."""
     from cirbench.engine.calibrate import calibration_grid
-    from cirbench.engine.grid import GridError, GridSpec
+    from cirbench.engine.spec import GridError, GridSpec
     from cirbench.plugins import discover
 
-    discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
+    discovery = discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
     fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
     try:
-        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields))
+        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields), discovery)
     except GridError as exc:
         _fail(str(exc))
     preflight_grid(grid)
@@ -177,7 +183,7 @@ def calibration_checks(grid, seeds: str) -> bool:
     """Print the calibration checks of ``grid``'s setting and write them to calibration.md;
     whether none failed."""
     from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
+    from cirbench.engine.spec import backbone_label, dataset_label
     from cirbench.report.calibration import checks_markdown, run_calibration_checks
     from cirbench.results.atomic import atomic_write_text
 

@@ -176,16 +176,36 @@ def test_the_report_imports_nothing_from_the_engine() -> None:
     assert found == []
 
 
-CELL_LIFE = {"train_cell", "inject_noise", "hold_out", "collapse_reason", "below_chance_reason", "evaluate", "write_run",
-             "CellLock", "check_start", "save_checkpoint", "confirm_cell", "settle_failure"}
-"""What a cell's life calls (:mod:`cirbench.engine.cell`): none of it belongs in the grid."""
+ENGINE_ROOMS: dict[str, set[str]] = {
+    "cirbench.engine.spec": {"cirbench.engine.reference"},
+    "cirbench.engine.grid": {"cirbench.engine.spec", "cirbench.engine.resources"},
+    "cirbench.engine.resources": {"cirbench.engine.spec", "cirbench.engine.distributed", "cirbench.engine.features",
+                                  "cirbench.engine.online"},
+}
+"""The engine modules each room may import: the plan (ids, labels, list checks) only the
+reference rows it names; the grid only the plan and what its cells share; those resources
+nothing of a cell's life."""
+RUNS_CELLS = {"cirbench.engine.grid", "cirbench.engine.worker", "cirbench.engine.runner", "cirbench.engine.launch",
+              "cirbench.engine.parallel"}
+"""What runs cells or plans them: a cell's life (``cell.py``) imports none of it."""
 
 
-def test_the_grid_holds_no_cells_life() -> None:
-    """``grid.py`` turns a spec into cells and says which are pending; it neither imports
-    nor calls the noise, the held-out split, training, the collapse check or the write."""
-    tree = ast.parse((PACKAGE / "engine" / "grid.py").read_text())
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    used |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert sorted(used & CELL_LIFE) == []
+def _engine_imports(module: str) -> set[str]:
+    return {t for t in _graph()[module] if t.startswith("cirbench.engine.")}
+
+
+def test_the_grid_plans_and_the_cell_lives() -> None:
+    """``spec.py`` plans, ``grid.py`` turns a spec into cells and says which are pending,
+    ``resources.py`` holds what cells share; none imports a cell's life, and the cell
+    imports nothing that plans or runs it (so it never climbs back up)."""
+    beyond = {m: sorted(_engine_imports(m) - allowed) for m, allowed in ENGINE_ROOMS.items()}
+    assert {m: found for m, found in beyond.items() if found} == {}
+    assert sorted(_engine_imports("cirbench.engine.cell") & RUNS_CELLS) == []
+
+
+def test_the_plan_imports_no_torch() -> None:
+    """The spec, its run ids and labels are plain Python: torch comes only with what they name."""
+    tree = ast.parse(MODULES["cirbench.engine.spec"].read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {"torch", "numpy"} & names == set()

@@ -12,6 +12,7 @@ import torch
 
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.config import build_config, parse_overrides
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods import hug as H
@@ -329,7 +330,7 @@ def test_shapes_mini_run_reports_purity_rows_with_auroc(tmp_path: Path, cache_di
         output=tmp_path / "results", cache_dir=cache_dir,
     )
     grid = Grid(spec)
-    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda message: None)
+    outcome = run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda message: None)
     assert outcome.status == "completed", outcome.error
     purity = pd.read_parquet(tmp_path / "results" / "purity")
     assert set(purity["noise_type"]) == {"all", "reference", "caption", "target"}

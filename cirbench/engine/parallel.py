@@ -2,8 +2,8 @@
 
 A small model on a CPU uses two threads poorly: two cells in two single-threaded processes
 finish about a quarter sooner than the same cells one after another with two threads each.
-Each worker rebuilds the grid from the same :class:`~cirbench.engine.grid.GridSpec` and runs
-one cell with :func:`~cirbench.engine.grid.run_cell_by_id`, which writes that cell's parts
+Each worker builds the grid once from the same :class:`~cirbench.engine.spec.GridSpec` and runs
+its cells with :func:`~cirbench.engine.worker.run_cell_by_id`, which writes that cell's parts
 to the results store atomically; the store is the only coordination, as with the
 ``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
 workers start, so that they only read them: the caller runs the reference rows first.
@@ -23,7 +23,8 @@ from typing import Any, Iterator
 
 import torch
 
-from cirbench.engine.grid import GridSpec, run_cell_by_id
+from cirbench.engine.spec import GridSpec
+from cirbench.engine.worker import run_cell_by_id
 
 
 def default_jobs(device: str) -> int:
