@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
-from cirbench.cli_grid import resolved_holdout
+from cirbench.cli.grid import resolved_holdout
 from cirbench.engine.cell import run_reference
 from cirbench.engine.grid import Grid, GridSpec
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from cirbench import cli_grid
+import cirbench.cli.grid as cli_grid
 from cirbench.engine.cell import run_cell, run_reference
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.engine import cell as cell_module

@@ -201,7 +201,7 @@ def test_a_checkpoint_is_recorded_and_checked(tmp_path: Path, cache_dir: Path) -
     (problem,) = check_cell(tmp_path / "r", cell.key.run_id)
     assert problem.file == checkpoint
     from cirbench.checkpoint import CheckpointError
-    from cirbench.predict import _check_record
+    from cirbench.engine.predict import _check_record
 
     with pytest.raises(CheckpointError, match="damaged record"):
         _check_record(checkpoint, {"run_id": cell.key.run_id})

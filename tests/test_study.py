@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.cli_grid import calibrate_grid, sweep_grid, validated_grid
-from cirbench.cli_study import run_study, study_grid
+from cirbench.cli.grid import calibrate_grid, sweep_grid, validated_grid
+from cirbench.cli.study import run_study, study_grid
 from cirbench.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cirbench.cli_options import Results, _dataset_options, _fail, _print_problems, console
+from cirbench.cli.options import Results, console, fail, parse_dataset_options, print_problems
 
 
 results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
@@ -30,7 +30,7 @@ def results_verify(
     from cirbench.results.verify import check_folder, quarantine
 
     if not results.is_dir():
-        _fail(f"results directory {results} does not exist")
+        fail(f"results directory {results} does not exist")
     busy = {run_id: holder.describe() for run_id, holder in live_locks(results).items()}
     found = check_folder(results, skip=busy)
     for run_id, who in busy.items():
@@ -71,9 +71,9 @@ def data_check(
     from cirbench.data.check import check_dataset
 
     try:
-        report = check_dataset(dataset, data_root, _dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
+        report = check_dataset(dataset, data_root, parse_dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
     except (KeyError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     if json_out is not None:
         import json
@@ -85,7 +85,7 @@ def data_check(
     if not report.problems:
         console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
         return
-    _print_problems(report.problems, limit)
+    print_problems(report.problems, limit)
     kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
     if report.ok:
         console.print(f"[yellow]{dataset} at {report.root}: no errors, {len(report.warnings)} warning(s)[/] ({kinds}; "
@@ -109,7 +109,7 @@ def predict(
     """Write the CIRR test1 submission files (recall and recall_subset) of a trained run."""
     from cirbench.checkpoint import CheckpointError
     from cirbench.data.check import DatasetProblemsError
-    from cirbench.predict import predict_cirr
+    from cirbench.engine.predict import predict_cirr
 
     checkpoint = Path(run_id) if Path(run_id).suffix == ".pt" else results / "checkpoints" / f"{run_id}.pt"
     name = checkpoint.stem
@@ -119,11 +119,11 @@ def predict(
             allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
         )
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.errors, 30)
-        _fail(str(exc).split(":\n", 1)[0])
+        print_problems(exc.report.errors, 30)
+        fail(str(exc).split(":\n", 1)[0])
         return
     except (CheckpointError, KeyError, ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     for path in paths:
         console.print(f"wrote {path}")
@@ -138,7 +138,7 @@ def list_(
 
     kinds = {"methods": "method", "datasets": "dataset", "backbones": "backbone", "noise": "noise protocol"}
     if what not in kinds:
-        _fail(f"cannot list {what!r}; choose methods, datasets, backbones or noise")
+        fail(f"cannot list {what!r}; choose methods, datasets, backbones or noise")
     discovery = discover(list(plugin))
     registry = discovery.registries[kinds[what]]
     table = Table(show_header=True)

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cirbench.cli_options import console
+from cirbench.cli.options import console
 
 start_app = typer.Typer(no_args_is_help=True, help="The tiny backbone's released start (--weights cir).")
 
