@@ -107,5 +107,5 @@ def reference_rows_seconds(grid: Grid) -> float:
 def start_up_seconds() -> float:
     """Wall time of a fresh interpreter importing what a worker process imports."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.parallel"], check=True)
+    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.worker"], check=True)
     return time.perf_counter() - start

@@ -191,7 +191,7 @@ ENGINE_ROOMS: dict[str, set[str]] = {
 reference rows it names; the grid only the plan and what its cells share; those resources
 nothing of a cell's life."""
 RUNS_CELLS = {"cirbench.engine.grid", "cirbench.engine.worker", "cirbench.engine.runner", "cirbench.engine.launch",
-              "cirbench.engine.parallel"}
+              "cirbench.engine.calibrate"}
 """What runs cells or plans them: a cell's life (``cell.py``) imports none of it."""
 
 

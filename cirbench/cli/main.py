@@ -1,8 +1,8 @@
 """The ``cirbench`` command line (typer + rich): it parses the arguments, hands the grid to
 the runner (:mod:`cirbench.engine.runner`) and shows what comes back (:mod:`cirbench.cli.show`).
 The options several commands share are in :mod:`cirbench.cli.options`; the commands around
-a grid (``data check``, ``results verify``, ``predict``, ``list``) in :mod:`cirbench.cli.tools`; the
-released ``tiny`` start's ``start rebuild`` in :mod:`cirbench.cli.start`.
+a grid (``data check``, ``results verify``, ``predict``, ``list``, the released ``tiny``
+start's ``start rebuild``) in :mod:`cirbench.cli.tools`.
 
 The engine, report and results modules are imported inside the commands, so that
 ``cirbench --help`` imports no torch (and starts fast).
@@ -23,9 +23,8 @@ from cirbench.cli.options import (
 )
 from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
                                run_here, sweep_grid, validated_grid, write_report)
-from cirbench.cli.start import start_app
 from cirbench.cli.study import study
-from cirbench.cli.tools import check_plugin, data_app, list_, predict, results_app
+from cirbench.cli.tools import check_plugin, data_app, list_, predict, results_app, start_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -192,6 +191,3 @@ app.command()(predict)
 app.command("list")(list_)
 app.command("check-plugin")(check_plugin)
 app.command()(study)
-
-if __name__ == "__main__":
-    app()

@@ -28,8 +28,7 @@ from cirbench.config import config_to_dict
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
-from cirbench.engine.cell_failure import confirm_cell, settle_failure
-from cirbench.engine.distributed import broadcast_object, is_main_process, world_size
+from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.resources import CellResources, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
@@ -93,7 +92,7 @@ def noisy_split(spec: GridSpec, key: CellKey, dataset: CIRDataset, tokens: np.nd
 
 def failed(cell: Cell, row: dict, exc: Exception) -> CellOutcome:
     """A failed cell's outcome, its traceback recorded in ``row`` (agreed on by every rank
-    under torchrun: :func:`~cirbench.engine.cell_failure.settle_failure`)."""
+    under torchrun: :func:`~cirbench.engine.distributed.settle_failure`)."""
     summary, error = settle_failure(exc)
     row["error"] = error[-4000:]
     return CellOutcome(cell, "failed", error=summary)

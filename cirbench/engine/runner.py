@@ -3,7 +3,7 @@
 :func:`run_grid` runs the grid's reference rows first (they build the caches every cell
 reads), then its cells: here, one after another (also under ``torchrun``, where every rank
 runs each cell together), or ``jobs`` at a time in worker processes
-(:mod:`cirbench.engine.parallel`) for the cells :meth:`~cirbench.engine.grid.Grid.pending`
+(:mod:`cirbench.engine.worker`) for the cells :meth:`~cirbench.engine.grid.Grid.pending`
 names. :func:`cirbench.engine.launch.submit` runs them as scheduler jobs instead. Every
 path returns the same outcomes and reports what happens through one callback taking an
 :class:`Event`, which the CLI turns into its progress display.
@@ -20,9 +20,9 @@ from cirbench.engine.distributed import world_size
 from cirbench.engine.cell import CellOutcome, run_cell, run_reference
 from cirbench.engine.grid import Grid
 from cirbench.engine.grid_checks import check_grid
-from cirbench.engine.parallel import default_jobs, run_in_processes
 from cirbench.engine.spec import Cell, backbone_label
 from cirbench.engine.start import refuse_another_start
+from cirbench.engine.worker import default_jobs, run_in_processes
 from cirbench.results.locks import live_holder
 
 
@@ -57,7 +57,7 @@ def _quiet(event: Event) -> None:
 
 
 def resolve_jobs(jobs: int, device: str) -> int:
-    """Cells at once: ``jobs``, or with 0 :func:`~cirbench.engine.parallel.default_jobs`;
+    """Cells at once: ``jobs``, or with 0 :func:`~cirbench.engine.worker.default_jobs`;
     one under ``torchrun`` (all ranks train each cell together)."""
     if jobs < 0:
         raise ValueError("--jobs must be 0 (automatic) or more")
