@@ -185,7 +185,7 @@ ENGINE_ROOMS: dict[str, set[str]] = {
     "cirbench.engine.spec": {"cirbench.engine.reference"},
     "cirbench.engine.grid": {"cirbench.engine.spec", "cirbench.engine.resources"},
     "cirbench.engine.resources": {"cirbench.engine.spec", "cirbench.engine.distributed", "cirbench.engine.features",
-                                  "cirbench.engine.online"},
+                                  "cirbench.engine.hooks", "cirbench.engine.online"},
 }
 """The engine modules each room may import: the plan (ids, labels, list checks) only the
 reference rows it names; the grid only the plan and what its cells share; those resources

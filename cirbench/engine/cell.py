@@ -30,9 +30,8 @@ from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
-from cirbench.engine.resources import CellResources, pooled_features
+from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
-from cirbench.engine.start import check_start
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
 from cirbench.method import method_role
 from cirbench.provenance import git_commit, package_versions
@@ -183,6 +182,7 @@ def _train(resources: CellResources, cell: Cell, progress: ProgressFn, announce:
             cell.method_cls, cell.config, backbone, dataset, split.train, split.train_manifest, tokens,
             spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
             precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing, holdout=split.holdout,
+            hooks=resources.hooks,
         )
         tables = result.tables
         row["n_nonfinite_queries"] = result.n_nonfinite_queries

@@ -1,6 +1,19 @@
 """What the cells of one grid share in a process: the dataset, loaded once (the samples it
-dropped under ``--allow-missing`` listed beside the results), and the frozen-tower tokens,
-cached on disk and in memory (or computed on the fly with ``--features online``)."""
+dropped under ``--allow-missing`` listed beside the results), the frozen-tower tokens,
+cached on disk and in memory (or computed on the fly with ``--features online``), and the
+start they fine-tune from, checked against the results folder.
+
+The start. Two caches of the same backbone can hold different pre-trained starts (the
+``tiny`` start once came out differently on one thread and on two; it is now released as a
+file, but ``stage1`` is still pre-trained on first use), and two cirbench releases may ship
+two starts; a grid's numbers mean something only against cells from the same start. Every
+cell records its backbone's :meth:`~cirbench.backbones.base.Backbone.start_key` in
+``runs``; a grid refuses a results folder whose completed runs of the same backbone record
+another one.
+
+A profiler watches the cells' training through :attr:`CellResources.hooks`
+(:mod:`cirbench.engine.hooks`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +29,7 @@ from cirbench.data.base import CIRDataset
 from cirbench.data.registry import DATASETS
 from cirbench.engine.distributed import is_main_process, main_process_first
 from cirbench.engine.features import cache_path, image_tokens
+from cirbench.engine.hooks import TrainingHooks
 from cirbench.engine.online import OnlineTokens, check_cache_fits
 from cirbench.engine.spec import GridSpec
 from cirbench.results.atomic import atomic_write_text
@@ -36,6 +50,8 @@ class CellResources:
         self._dataset: CIRDataset | None = None
         self._tokens: dict[str, np.ndarray] = {}
         self.dropped_path: Path | None = None
+        self.hooks = TrainingHooks()
+        """The training loop's events of every cell run with these resources (none by default)."""
 
     def dataset(self) -> CIRDataset:
         """The grid's dataset, loaded once."""
@@ -73,3 +89,33 @@ class CellResources:
         worker processes only read them, also when the recorded reference rows are skipped."""
         spec = self.spec
         self.tokens(BACKBONES.get(spec.backbone)(spec.seeds[0], spec.cache_dir, spec.weights), announce)
+
+
+class StartMismatchError(ValueError):
+    """The results folder holds runs of the same backbone fine-tuned from another start:
+    their numbers cannot be pooled with this grid's."""
+
+
+def check_start(store: ResultsStore, label: str, backbone, cache_dir: Path, recorded: set[str] | None = None) -> str:
+    """``backbone``'s start key, once ``store`` is known to hold no completed run of the
+    backbone labelled ``label`` from another start (:class:`StartMismatchError` if it does);
+    ``recorded``: the store's start keys of ``label`` when already read."""
+    key = backbone.start_key()
+    others = sorted((store.start_keys(label) if recorded is None else recorded) - {key})
+    if others:
+        origin = getattr(backbone, "start_origin", "") or f"from the caches in {cache_dir}"
+        raise StartMismatchError(
+            f"results folder {store.root} holds runs of {label} fine-tuned from another start "
+            f"({', '.join(others)}; this grid's is {key}, {origin}): their numbers cannot be pooled. "
+            "Run with the start those runs used (the --cache-dir of a start pre-trained on first use; the cirbench "
+            "release of a shipped start), or write to another --output."
+        )
+    return key
+
+
+def refuse_another_start(store: ResultsStore, label: str, backbone: str, seed: int, cache_dir: Path, weights: str | None) -> None:
+    """:func:`check_start` before any cell runs, building the backbone (``backbone``,
+    ``seed``, ``weights``) only when ``store`` already records a start for it."""
+    recorded = store.start_keys(label)
+    if recorded:
+        check_start(store, label, BACKBONES.get(backbone)(seed, cache_dir, weights), cache_dir, recorded)

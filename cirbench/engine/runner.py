@@ -20,8 +20,8 @@ from cirbench.engine.distributed import world_size
 from cirbench.engine.cell import CellOutcome, run_cell, run_reference
 from cirbench.engine.grid import Grid
 from cirbench.engine.grid_checks import check_grid
+from cirbench.engine.resources import refuse_another_start
 from cirbench.engine.spec import Cell, backbone_label
-from cirbench.engine.start import refuse_another_start
 from cirbench.engine.worker import default_jobs, run_in_processes
 from cirbench.results.locks import live_holder
 
@@ -87,7 +87,7 @@ class Preflight:
 
 def preflight(grid: Grid, announce: Callable[[str], None] = print) -> Preflight | None:
     """Before any cell runs: refuse a results folder holding runs from another start of the
-    backbone (:class:`~cirbench.engine.start.StartMismatchError`), then load the dataset and
+    backbone (:class:`~cirbench.engine.resources.StartMismatchError`), then load the dataset and
     apply the static checks of :mod:`cirbench.engine.grid_checks` (the dataset's rules, the
     methods' needs of the backbone, every manifest of the grid), so that a failure stops
     the run here (PluginCheckError, DatasetProblemsError, ValueError or OSError). What a

@@ -19,6 +19,7 @@ from cirbench.data.noise import NoiseManifest
 from cirbench.engine import distributed
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
 from cirbench.engine.features import SamplePixels, pixel_encoder
+from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
 from cirbench.engine.precision import use_precision
 from cirbench.engine.purity import purity_rows
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
@@ -313,14 +314,49 @@ def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, 
 
 def _evaluate_epoch(method: Method, dataset: CIRDataset, tokens: np.ndarray, val_texts: TextBatch,
                     holdout: HoldoutSplit | None, holdout_texts: TextBatch | None, device: torch.device,
-                    evaluated_targets: EvaluatedTargets) -> tuple[Evaluation, Evaluation | None]:
+                    evaluated_targets: EvaluatedTargets, epoch: int,
+                    hooks: TrainingHooks) -> tuple[Evaluation, Evaluation | None]:
     """An epoch's evaluations: the validation queries and, where there is a held-out split,
     its queries against the training gallery (whose features are kept for the next epoch's
     start where that is exact: :func:`keeps_exactly`)."""
-    held_out = None if holdout is None else evaluate(
-        method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery,
-        keep_targets=evaluated_targets.keep if keeps_exactly(device) else None)
-    return evaluate(method, dataset, dataset.val, tokens, val_texts, device), held_out
+    held_out = None
+    if holdout is not None:
+        hooks.evaluation_start(epoch, HELD_OUT)
+        held_out = evaluate(method, dataset, holdout.holdout, tokens, holdout_texts, device, gallery=holdout.gallery,
+                            keep_targets=evaluated_targets.keep if keeps_exactly(device) else None)
+        hooks.evaluation_end(epoch, HELD_OUT, held_out)
+    hooks.evaluation_start(epoch, VALIDATION)
+    validation = evaluate(method, dataset, dataset.val, tokens, val_texts, device)
+    hooks.evaluation_end(epoch, VALIDATION, validation)
+    return validation, held_out
+
+
+def _epoch_passes(method: Method, epoch: int, hooks: TrainingHooks) -> Partition | None:
+    """The method's epoch-level passes (``Method.on_epoch_start``) and the partition they give."""
+    hooks.epoch_pass_start(epoch)
+    partition = method.on_epoch_start(epoch)
+    hooks.epoch_pass_end(epoch)
+    return partition
+
+
+def _train_steps(method: Method, optimization: tuple, config: MethodConfig, make_batch: BatchMaker,
+                 batches: list[np.ndarray], epoch: int, step: int, parallel: bool, record: EpochRecorder,
+                 hooks: TrainingHooks) -> tuple[int, float]:
+    """An epoch's steps: each batch built, its step taken (``optimization``: the optimizer and
+    its scheduler) and recorded; the next step's number and the seconds in the steps."""
+    seconds = 0.0
+    for index in batches:
+        hooks.batch_start(epoch, step)
+        batch = make_batch(index)
+        hooks.batch_end(epoch, step)
+        hooks.step_start(epoch, step)
+        tick = time.perf_counter()
+        out = optimizer_step(method, *optimization, config, batch, epoch, step, parallel)
+        seconds += time.perf_counter() - tick
+        hooks.step_end(epoch, step, out)
+        record.record_step(epoch, step, index, out)
+        step += 1
+    return step, seconds
 
 
 def train_cell(
@@ -339,6 +375,7 @@ def train_cell(
     precision: str = "fp32",
     gradient_checkpointing: bool = False,
     holdout: HoldoutSplit | None = None,
+    hooks: TrainingHooks | None = None,
 ) -> TrainResult:
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
@@ -346,11 +383,13 @@ def train_cell(
     manifest's flags (``manifest``: of ``noisy_train``) are used here for purity and handed
     to the method only if it is an oracle. ``holdout``: the held-out split settled with the
     noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train`` is its ``train`` part),
-    whose queries are evaluated after every epoch too. Under ``torchrun``
+    whose queries are evaluated after every epoch too. ``hooks``: the loop's events
+    (:mod:`cirbench.engine.hooks`), for a profiler. Under ``torchrun``
     (:mod:`cirbench.engine.distributed`) every rank runs this with the same arguments; the
     backbone's passes are sharded and the result is one process's with the same global batch.
     """
     started = time.perf_counter()
+    hooks = hooks or TrainingHooks()
     torch.manual_seed(seed)
     holdout_texts = None if holdout is None else backbone.tokenize(holdout.holdout.texts)
     n = len(noisy_train)
@@ -370,16 +409,13 @@ def train_cell(
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
-        record.start_epoch(method.on_epoch_start(epoch))
+        record.start_epoch(_epoch_passes(method, epoch, hooks))
         evaluated_targets.clear()  # the steps change the weights they were encoded with
-        for index in epoch_batches(n, batch_size, seed, epoch):
-            batch = make_batch(index)
-            tick = time.perf_counter()
-            out = optimizer_step(method, optimizer, scheduler, config, batch, epoch, step, parallel)
-            model_seconds += time.perf_counter() - tick
-            record.record_step(epoch, step, index, out)
-            step += 1
+        step, seconds = _train_steps(method, (optimizer, scheduler), config, make_batch,
+                                     hooks.epoch_batches(epoch, epoch_batches(n, batch_size, seed, epoch)), epoch, step,
+                                     parallel, record, hooks)
+        model_seconds += seconds
         record.end_epoch(epoch, step, *_evaluate_epoch(method, dataset, tokens, val_texts, holdout, holdout_texts, device,
-                                                       evaluated_targets))
+                                                       evaluated_targets, epoch, hooks))
     return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
                        record.nonfinite)
