@@ -24,7 +24,7 @@ from cirbench.cli.options import (
 from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
                                run_here, sweep_grid, validated_grid, write_report)
 from cirbench.cli.study import study
-from cirbench.cli.tools import check_plugin, data_app, list_, predict, results_app, start_app
+from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -188,6 +188,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(data_app, name="data")
 app.add_typer(start_app, name="start")
 app.command()(predict)
+app.command()(reproduce)
 app.command("list")(list_)
 app.command("check-plugin")(check_plugin)
 app.command()(study)

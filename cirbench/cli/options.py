@@ -55,6 +55,7 @@ Holdout = Annotated[Optional[float], Opt("--holdout", show_default=False, help="
 
 
 def split_list(text: str, kind: type, option: str) -> list:
+    """A comma-separated ``option`` value as a list of ``kind``; a bad item is a usage error."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     try:
         return [kind(t) for t in items]
@@ -63,6 +64,7 @@ def split_list(text: str, kind: type, option: str) -> list:
 
 
 def parse_dataset_options(entries: list[str]) -> dict[str, str]:
+    """``--dataset-option key=value`` entries as a dict; a malformed one is a usage error."""
     try:
         return parse_key_values(entries, "categories=dress")
     except ConfigError as exc:
@@ -70,6 +72,7 @@ def parse_dataset_options(entries: list[str]) -> dict[str, str]:
 
 
 def fail(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit with status 2."""
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(2)
 
