@@ -6,6 +6,7 @@ product's rate measured in the same run and thread setting.
     python benchmarks/cell_flops.py --json flops.json  # the same, its numbers also written for the docs
     python benchmarks/cell_flops.py --methods sprc,hug --epochs 1 --max-steps 3   # a quick check of the script
     python benchmarks/cell_flops.py --methods tme --dataset shapes-mini --epochs 2 --max-steps 2   # quicker still
+    python benchmarks/cell_flops.py --ceiling --json flops.json   # also each part's ceiling at its shapes
 
 One process, one thread unless ``--threads``. The grid is the default ``cirbench run``
 builds (the held-out split included); its reference rows run first, as a grid's do, then
@@ -49,7 +50,9 @@ count nothing):
   timed part.
 
 A summary line per method follows (the step's, the two evaluations' and the cell's % of
-mm). The matrix rate is the best of ``torch.mm`` of two 1024 x 1024 float32 matrices,
+mm). With ``--ceiling``, each method's cell runs once more, shrunk, with every counted
+operation recorded and then replayed alone (``_ceiling.py``): how much of the distance to
+the matrix rate the model's own shapes impose (the table of ``_ceiling.py``'s docstring). The matrix rate is the best of ``torch.mm`` of two 1024 x 1024 float32 matrices,
 measured before and after the cells; process start-up (once per worker process) and the
 reference rows (once per grid) are printed apart. ``--json`` writes every number of the
 table, each part's FLOPs by operator and each epoch's counted step.
@@ -78,6 +81,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from _ceiling import ceiling_record, cell_ceilings, print_ceilings
 from _profiling import HELD_OUT, VALIDATION, default_spec, reference_rows_seconds, start_up_seconds
 from cirbench.engine.evaluate import Evaluation
 from cirbench.engine.grid import Grid
@@ -301,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--ceiling", action="store_true", help="also each part's ceiling at its shapes (_ceiling.py)")
+    parser.add_argument("--repeats", type=int, default=5, help="--ceiling: replays of each distinct call (the best is kept)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -322,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
                 "step_flops_by_epoch": {e: c.flops for e, c in probe.counted_steps.items()},
                 "steps_by_epoch": dict(probe.steps), "pass_flops_by_epoch": [c.flops for c in probe.passes],
             }
+        ceilings = cell_ceilings(spec.methods, args.noise, args.dataset, args.cache_dir, Path(output) / "ceiling",
+                                 args.repeats) if args.ceiling else {}
     rate_after = matmul_rate()
     mm = max(rate_before, rate_after)
     start_up = start_up_seconds()
@@ -343,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         cols = [(STEP, 9), (VALIDATION, 12), (HELD_OUT, 10), ("cell", 9)]
         print(f"{method:<14}" + "".join(
             f"{parts[k].rate() / mm:>{w}.1%}" if k in parts and parts[k].rate() else f"{'-':>{w}}" for k, w in cols))
+    if ceilings:
+        print(f"\nthe ceiling at the model's shapes (each cell shrunk to two epochs of six steps)")
+        print_ceilings(ceilings, mm)
     if args.json:
         record = {
             "torch": torch.__version__, "threads": torch.get_num_threads(), "dataset": spec.dataset, "backbone": spec.backbone,
@@ -351,6 +362,7 @@ def main(argv: list[str] | None = None) -> None:
             "start_up_seconds": start_up, "reference_rows_seconds": references,
             "methods": {method: {**found, "parts": {k: part_record(p, mm) for k, p in found["parts"].items()}}
                         for method, found in results.items()},
+            **({"ceiling": ceiling_record(ceilings, mm)} if ceilings else {}),
         }
         args.json.write_text(json.dumps(record, indent=1))
         print(f"\nwritten: {args.json}")

@@ -54,21 +54,18 @@ def test_data_check_time_times_each_check(scripts, tmp_path: Path, capsys) -> No
     assert len(timings) == 4 and all("(exit 0)" in line for line in timings)
 
 
-def test_cell_flops_counts_each_part(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
+def test_cell_flops_counts_each_part_and_its_ceiling(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
     scripts("cell_flops").main(["--methods", "sprc,tme", "--dataset", "shapes-mini", "--epochs", "2", "--max-steps", "2",
-                                "--cache-dir", str(cache_dir), "--json", str(tmp_path / "flops.json")])
+                                "--cache-dir", str(cache_dir), "--json", str(tmp_path / "flops.json"),
+                                "--ceiling", "--repeats", "1"])
     capsys.readouterr()
-    found = json.loads((tmp_path / "flops.json").read_text())["methods"]
+    record = json.loads((tmp_path / "flops.json").read_text())
+    found = record["methods"]
     assert found["tme"]["parts"]["passes"]["flops"] > 0 and found["sprc"]["steps_by_epoch"] == {"0": 2, "1": 2}
     assert all(found[m]["parts"][part]["flops"] > 0 for m in ("sprc", "tme") for part in ("step", "validation", "held-out"))
-
-
-def test_shape_ceiling_replays_each_parts_operations(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
-    scripts("shape_ceiling").main(["--methods", "sprc", "--dataset", "shapes-mini", "--repeats", "1",
-                                   "--cache-dir", str(cache_dir), "--json", str(tmp_path / "ceiling.json")])
-    capsys.readouterr()
-    parts = json.loads((tmp_path / "ceiling.json").read_text())["methods"]["sprc"]
-    assert set(parts) == {"step", "validation", "held-out"} and all(p["ops_seconds"] > 0 for p in parts.values())
+    ceiling = record["ceiling"]
+    assert all(set(ceiling[m]) == {"step", "validation", "held-out"} for m in ("sprc", "tme"))
+    assert all(p["ops_seconds"] > 0 for parts in ceiling.values() for p in parts.values())
 
 
 def test_backbone_cost_times_each_methods_step(scripts, tmp_path: Path, capsys) -> None:

@@ -1,18 +1,15 @@
-"""The ceiling of a cell's parts at this model's shapes: how fast a training step and each
-split's evaluation could run if only their counted operations took time.
+"""The ceiling of a cell's parts at this model's shapes, for ``cell_flops.py --ceiling``: how
+fast a training step and each split's evaluation could run if only their counted
+operations took time.
 
-    python benchmarks/shape_ceiling.py                      # every method at 50% noise
-    python benchmarks/shape_ceiling.py --methods sprc,hug --json ceiling.json
-
-``benchmarks/cell_flops.py`` says how far a part is from the core's float32 matrix rate
-(a 1024 x 1024 ``torch.mm``); this script says how much of that distance the model's own
-shapes impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s
-registry: matrix products, attention, forward and backward) is recorded, with its shapes,
-strides and arguments, on the training loop's events (:mod:`cirbench.engine.hooks`), in
-one training step per method (the third of the cell's first epoch) and in each split's
-evaluation of the second epoch; each distinct call is then replayed alone on random tensors
-of the same layout, timed (the best of ``--repeats``) and counted. The table, one block per
-method:
+``cell_flops.py`` says how far a part is from the core's float32 matrix rate (a 1024 x 1024
+``torch.mm``); its ``--ceiling`` says how much of that distance the model's own shapes
+impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s registry:
+matrix products, attention, forward and backward) is recorded, with its shapes, strides and
+arguments, on the training loop's events (:mod:`cirbench.engine.hooks`), in one training
+step per method (the third of the cell's first epoch) and in each split's evaluation of the
+second epoch; each distinct call is then replayed alone on random tensors of the same
+layout, timed (the best of ``--repeats``) and counted. The table, one block per method:
 
 - ``GFLOP``, ``seconds``, ``% of mm``: the part as the cell runs it (a step: the median of
   the cell's other steps; an evaluation: the first epoch's, not recorded);
@@ -23,18 +20,13 @@ method:
 - ``outside``: the share of the part's time spent outside its counted operations;
 
 then the step's counted operations by operator (calls, GFLOP, replayed seconds, % of mm).
-The cells are shrunk (two epochs of six steps): shapes, not the schedule, set these
-figures. One process, one thread unless ``--threads``; run it by hand on an otherwise idle
-machine and quote ratios from one run (``tests/test_benchmarks.py`` runs it on
-``shapes-mini`` only to see that it works).
+The recorded cells are shrunk (two epochs of six steps): shapes, not the schedule, set
+these figures.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -47,8 +39,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from _profiling import HELD_OUT, VALIDATION, default_spec, reference_rows_seconds
-from cell_flops import METHODS, matmul_rate
+from _profiling import HELD_OUT, VALIDATION, default_spec
 from cirbench.engine.evaluate import Evaluation
 from cirbench.engine.grid import Grid
 from cirbench.engine.hooks import TrainingHooks
@@ -221,36 +212,23 @@ def record_cell(spec: GridSpec, cell: Cell) -> Recording:
     return recording
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Record, replay and print the ceiling of the cells the arguments name."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--dataset", default=GridSpec.dataset, help="e.g. shapes-mini for a quick check")
-    parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5, help="replays of each distinct call (the best is kept)")
-    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+def cell_ceilings(methods: list[str], noise: float, dataset: str, cache_dir: Path, output: Path,
+                  repeats: int) -> dict[str, dict[str, PartCeiling]]:
+    """Each method's :class:`PartCeiling` per part (the step, each split's evaluation), from
+    its cell shrunk to :data:`EPOCHS` epochs of :data:`STEPS` steps, run into ``output``."""
+    spec = default_spec(methods, [noise], EPOCHS, cache_dir, output, dataset)
+    parts = {}
+    for cell in Grid(spec).cells:
+        recording = record_cell(spec, cell)
+        parts[cell.key.method] = {
+            name: ceiling(recording.calls[name], statistics.median(recording.seconds[name]), repeats)
+            for name in (STEP, VALIDATION, HELD_OUT) if name in recording.calls
+        }
+    return parts
 
-    rate_before = matmul_rate()
-    parts: dict[str, dict[str, PartCeiling]] = {}
-    with tempfile.TemporaryDirectory(prefix="cirbench-ceiling-") as output:
-        spec = default_spec(args.methods.split(","), [args.noise], EPOCHS, args.cache_dir, Path(output) / "results",
-                            args.dataset)
-        grid = Grid(spec)
-        reference_rows_seconds(grid)
-        for cell in grid.cells:
-            recording = record_cell(spec, cell)
-            parts[cell.key.method] = {
-                name: ceiling(recording.calls[name], statistics.median(recording.seconds[name]), args.repeats)
-                for name in (STEP, VALIDATION, HELD_OUT) if name in recording.calls
-            }
-    mm = max(rate_before, matmul_rate())
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {spec.dataset} / {spec.backbone}, "
-          f"batch {spec.batch_size}, noise {args.noise:g}; matrix rate (1024x1024 float32 torch.mm) {mm / 1e9:.1f} GFLOP/s\n")
+def print_ceilings(parts: dict[str, dict[str, PartCeiling]], mm: float) -> None:
+    """The ceiling table, then the step's counted operations by operator (see the module docstring)."""
     print(f"{'method':<10}{'part':<12}{'GFLOP':>9}{'seconds':>9}{'% of mm':>9}{'ops s':>8}{'ceiling':>9}{'outside':>9}")
     for method, found in parts.items():
         label = method
@@ -266,12 +244,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{label:<10}{op:<48}{int(e['calls']):>6}{e['flops'] / 1e9:>8.3f}{e['seconds']:>8.4f}"
                   f"{e['flops'] / e['seconds'] / mm:>9.1%}")
             label = ""
-    if args.json:
-        record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "matmul_flops_per_s": mm,
-                  "methods": {m: {n: {**p.row(mm), "by_op": p.by_op} for n, p in found.items()} for m, found in parts.items()}}
-        args.json.write_text(json.dumps(record, indent=1))
-        print(f"\nwritten: {args.json}")
 
 
-if __name__ == "__main__":
-    main()
+def ceiling_record(parts: dict[str, dict[str, PartCeiling]], mm: float) -> dict:
+    """The ceiling's numbers as ``--json`` writes them."""
+    return {m: {n: {**p.row(mm), "by_op": p.by_op} for n, p in found.items()} for m, found in parts.items()}
