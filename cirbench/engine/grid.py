@@ -1,8 +1,9 @@
 """A grid of cells (method x noise rate x seed on one dataset and backbone): its spec
 (:mod:`cirbench.engine.spec`) validated up front against the registries and the results
 folder, its cells, each with its run id, its reference rows, and the cells still pending.
-A cell's life is :mod:`cirbench.engine.cell`; what the cells share, :mod:`cirbench.engine.resources`;
-a process runs a cell with :mod:`cirbench.engine.worker` or :mod:`cirbench.engine.runner`."""
+A cell's life is :mod:`cirbench.engine.cell`; what the cells share,
+:mod:`cirbench.engine.resources`; a process runs a cell with :mod:`cirbench.engine.worker`
+or :mod:`cirbench.engine.runner`."""
 
 from __future__ import annotations
 
