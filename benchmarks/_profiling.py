@@ -1,25 +1,29 @@
-"""What the profiling scripts of ``benchmarks/`` share: timers wrapped around the harness's
-real functions (patched in this process only), the grid they profile (the default as
-``cirbench run`` builds it, held-out split included), the set-up a grid pays once
-(process start-up, the reference rows), and the FLOP formulas ``torch.utils.flop_counter``
-lacks for the CPU's attention operators (registered on import)."""
+"""What the profiling scripts of ``benchmarks/`` share: a timer of the training loop's events
+(:class:`PartTimer`, on the engine's hooks, :mod:`cirbench.engine.hooks`), a hook keeping an
+epoch's first batches, the grid they profile (the default as ``cirbench run`` builds it,
+held-out split included), the set-up a grid pays once (process start-up, the reference
+rows), and the FLOP formulas ``torch.utils.flop_counter`` lacks for the CPU's attention
+operators (registered on import)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
-from cirbench.cli_grid import resolved_holdout
+from cirbench.cli.grid import resolved_holdout
+from cirbench.engine.cell import run_reference
+from cirbench.engine.evaluate import Evaluation
 from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
 
-HELD_OUT, VALIDATION = "held-out", "validation"
+BATCHES, EPOCH_PASSES = "batch building", "epoch passes"
 aten = torch.ops.aten
 
 
@@ -48,40 +52,42 @@ def _fused_multi_head_attention_flops(query_shape, key_shape, value_shape, embed
     return projections + 2 * (2 * b * s_q * s_k * e)
 
 
-def timed(name: str | Callable[[dict[str, Any]], str], fn: Callable, into: dict[str, float]) -> Callable:
-    """``fn`` with its wall time added to ``into[name]`` on every call (``into`` a defaultdict;
-    ``name`` may be a function of the call's keyword arguments, e.g. :func:`evaluated_split`)."""
+class PartTimer(TrainingHooks):
+    """Wall time per part of the training loop, added into :attr:`times`: ``batch building``,
+    ``epoch passes`` and each evaluated split (:data:`VALIDATION`, :data:`HELD_OUT`); with
+    ``max_steps``, each epoch cut to its first ``max_steps`` batches."""
 
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            into[name if isinstance(name, str) else name(kwargs)] += time.perf_counter() - start
+    def __init__(self, max_steps: int = 0) -> None:
+        self.times: dict[str, float] = defaultdict(float)
+        self.max_steps = max_steps
+        self._started: dict[str, float] = {}
 
-    return wrapper
+    def _start(self, part: str) -> None:
+        self._started[part] = time.perf_counter()
 
+    def _end(self, part: str) -> None:
+        self.times[part] += time.perf_counter() - self._started.pop(part)
 
-def evaluated_split(kwargs: dict[str, Any]) -> str:
-    """Which split a call of the training loop's ``evaluate`` ranks (:data:`HELD_OUT` or
-    :data:`VALIDATION`): the held-out split is the one ranked against a ``gallery`` of its own
-    (:func:`cirbench.engine.train.train_cell`)."""
-    return HELD_OUT if kwargs.get("gallery") is not None else VALIDATION
+    def epoch_batches(self, epoch: int, batches: list[np.ndarray]) -> list[np.ndarray]:
+        return batches[:self.max_steps] if self.max_steps else batches
 
+    def epoch_pass_start(self, epoch: int) -> None:
+        self._start(EPOCH_PASSES)
 
-@contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name`` set to ``value`` within the block, put back on exit (an attribute that
-    ``owner``, a module or a class, only inherited is removed again)."""
-    own, original = name in vars(owner), getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        if own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+    def epoch_pass_end(self, epoch: int) -> None:
+        self._end(EPOCH_PASSES)
+
+    def batch_start(self, epoch: int, step: int) -> None:
+        self._start(BATCHES)
+
+    def batch_end(self, epoch: int, step: int) -> None:
+        self._end(BATCHES)
+
+    def evaluation_start(self, epoch: int, split: str) -> None:
+        self._start(split)
+
+    def evaluation_end(self, epoch: int, split: str, evaluation: Evaluation) -> None:
+        self._end(split)
 
 
 def default_spec(methods: list[str], noise_rates: list[float], epochs: int, cache_dir: Path, output: Path,
@@ -99,12 +105,12 @@ def reference_rows_seconds(grid: Grid) -> float:
     cells (and which a cell then reads instead of evaluating its ``text_only`` row)."""
     start = time.perf_counter()
     for cell in grid.reference_cells():
-        grid.run_reference(cell, announce=lambda message: None)
+        run_reference(grid.resources, cell, announce=lambda message: None)
     return time.perf_counter() - start
 
 
 def start_up_seconds() -> float:
     """Wall time of a fresh interpreter importing what a worker process imports."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.parallel"], check=True)
+    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.worker"], check=True)
     return time.perf_counter() - start

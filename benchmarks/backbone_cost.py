@@ -4,9 +4,11 @@ ratios to sprc, beside the ConeSep paper's Table 4 (BLIP-2, batch 128, one A40).
 Random weights (no download): ``--size real`` is the blip2-itm-vit-g architecture (EVA
 ViT-g/14 tower, 12-layer Q-Former of width 768, 32 query tokens), ``--size tiny`` the CPU
 test configuration. Inputs are random "cached" tower tokens of the right shape and
-shapes-style captions; each method runs the step the harness runs (``training_step``,
-backward, AdamW) in its main training phase (after any warm-up), with its epoch-level
-work (TME's GMM pass) done once beforehand and not timed.
+shapes-style captions; each method runs the step the harness runs
+(:func:`cirbench.engine.train.optimizer_step` with the optimiser of
+:func:`cirbench.engine.train.build_optimizer`: ``training_step``, backward, clipping,
+AdamW) in its main training phase (after any warm-up), with its epoch-level work (TME's GMM
+pass) done once beforehand and not timed.
 
 Time: the median seconds per step, with the methods' steps interleaved (one step of each
 method in turn) so that load on a shared machine hits every method alike. Memory: on a
@@ -14,7 +16,8 @@ GPU the peak allocated memory of a step; everywhere the bytes that autograd save
 backward pass (activations; deduplicated by storage, parameters excluded), which is what
 grows with the batch and differs between methods.
 
-Usage::
+Usage (``tests/test_benchmarks.py`` runs it on ``--size tiny`` and a batch of 4 only to see
+that it works)::
 
     python benchmarks/backbone_cost.py --size real --device cuda --batch-size 128   # a GPU
     python benchmarks/backbone_cost.py --size tiny --device cpu --batch-size 128    # the CPU
@@ -36,6 +39,7 @@ from cirbench.backbones.base import TextBatch
 from cirbench.backbones.blip2 import Blip2Backbone, random_model
 from cirbench.backbones.preprocess import ImagePrep
 from cirbench.engine.precision import use_precision
+from cirbench.engine.train import build_optimizer, optimizer_step
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 
@@ -83,7 +87,8 @@ class SavedBytes:
         return tensor
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Time the methods' steps and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("tiny", "real"), default="tiny")
     parser.add_argument("--device", default="cpu")
@@ -92,7 +97,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per method (after one warm-up step)")
     parser.add_argument("--methods", default="sprc,tme,conesep,hug")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -103,18 +108,19 @@ def main() -> None:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     epochs = 10
 
-    methods, optimizers = {}, {}
+    methods, optimizers, configs = {}, {}, {}
     for name in names:
         cls = registry.get(name)
         context = TrainingContext(
             num_train=len(batch), epochs=epochs, batch_size=len(batch), steps_per_epoch=1, seed=0, device=device,
             iterate=lambda shuffle: iter([batch]),
         )
-        method = cls(backbone, cls.Config(), context).to(device)
+        configs[name] = cls.Config()
+        method = cls(backbone, configs[name], context).to(device)
         with torch.no_grad():
             method.on_epoch_start(epochs - 1)  # the main phase (TME's partition, after ConeSep's warm-up)
         methods[name] = method
-        optimizers[name] = torch.optim.AdamW([p for p in method.parameters() if p.requires_grad], lr=1e-5)
+        optimizers[name] = build_optimizer(method, configs[name], backbone, epochs * (args.steps + 1))
 
     seconds: dict[str, list[float]] = {n: [] for n in names}
     saved: dict[str, int] = {}
@@ -122,17 +128,14 @@ def main() -> None:
     cuda = device.type == "cuda"
     for step in range(args.steps + 1):
         for name in names:
-            method, optimizer = methods[name], optimizers[name]
+            method, optimization = methods[name], optimizers[name]
             counter = SavedBytes(list(method.parameters()))
             if cuda:
                 torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
             tick = time.perf_counter()
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, lambda t: t):
-                out = method.training_step(batch, epochs - 1, step)
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            optimizer.step()
+                optimizer_step(method, *optimization, configs[name], batch, epochs - 1, step, parallel=False)
             if cuda:
                 torch.cuda.synchronize(device)
                 peak[name] = max(peak.get(name, 0.0), torch.cuda.max_memory_allocated(device) / 2**20)

@@ -6,30 +6,29 @@ product's rate measured in the same run and thread setting.
     python benchmarks/cell_flops.py --json flops.json  # the same, its numbers also written for the docs
     python benchmarks/cell_flops.py --methods sprc,hug --epochs 1 --max-steps 3   # a quick check of the script
     python benchmarks/cell_flops.py --methods tme --dataset shapes-mini --epochs 2 --max-steps 2   # quicker still
+    python benchmarks/cell_flops.py --ceiling --json flops.json   # also each part's ceiling at its shapes
 
 One process, one thread unless ``--threads``. The grid is the default ``cirbench run``
 builds (the held-out split included); its reference rows run first, as a grid's do, then
 each method's cell runs as a worker process of ``cirbench run`` runs it
-(``run_cell_by_id``: the grid rebuilt, the dataset and the tower tokens read, the cell's
-whole life) with counters and timers wrapped around the real functions it calls (patched
-in this process only):
+(``run_cell_by_id``: the grid, the dataset and the tower tokens read, the cell's whole
+life) with counters and timers on the training loop's events (:mod:`cirbench.engine.hooks`):
 
-- a training step, ``cirbench.engine.train.optimizer_step`` (the method's forward, the
-  backward, clipping and the AdamW step): FLOPs counted on the first step of every epoch,
-  which stands for its epoch's steps (a method whose step changes within an epoch, e.g.
-  TME leaving a warm-up phase mid-epoch, is counted as at its epoch's start); wall time
-  from the other steps;
-- an epoch's evaluation of each split, the training loop's ``evaluate``: the validation
-  queries against the dataset's gallery, the held-out queries against the training
-  gallery; FLOPs counted once per split, by an extra call after the cell's first
-  (evaluating changes nothing); wall time from the cell's own calls, one an epoch;
+- a training step (the method's forward, the backward, clipping and the AdamW step): FLOPs
+  counted on the first step of every epoch, which stands for its epoch's steps (a method
+  whose step changes within an epoch, e.g. TME leaving a warm-up phase mid-epoch, is
+  counted as at its epoch's start); wall time from the other steps;
+- an epoch's evaluation of each split: the validation queries against the dataset's
+  gallery, the held-out queries against the training gallery; FLOPs counted on each
+  split's first evaluation; wall time from the other epochs' (from the counted one when
+  the cell has one epoch);
 - the method's epoch-level passes, ``Method.on_epoch_start`` (TME's per-sample pass and
-  GMM): run twice at each epoch's start, first under the counter with the random states
-  put back after it, then as the harness runs it, timed (the hosted methods' passes
-  depend on the model only, so the second is the harness's own).
+  GMM): counted and timed every epoch (the counter's own time included: it sees only
+  torch's operators, and the GMM is numpy's).
 
-The counter's own time is taken out of the cell's wall time: the extra calls' whole time,
-and on each counted step what it took beyond the median step.
+The counter's own time is taken out of the cell's wall time: on each counted step what it
+took beyond the median step, on each counted evaluation what it took beyond the median of
+the split's others.
 
 The table, one block per method, one row per part (GFLOP: 1e9 floating-point operations as
 the counter counts them, two per multiply-add, forward and backward: matrix products,
@@ -51,12 +50,15 @@ count nothing):
   timed part.
 
 A summary line per method follows (the step's, the two evaluations' and the cell's % of
-mm). The matrix rate is the best of ``torch.mm`` of two 1024 x 1024 float32 matrices,
+mm). With ``--ceiling``, each method's cell runs once more, shrunk, with every counted
+operation recorded and then replayed alone (``_ceiling.py``): how much of the distance to
+the matrix rate the model's own shapes impose (the table of ``_ceiling.py``'s docstring). The matrix rate is the best of ``torch.mm`` of two 1024 x 1024 float32 matrices,
 measured before and after the cells; process start-up (once per worker process) and the
 reference rows (once per grid) are printed apart. ``--json`` writes every number of the
 table, each part's FLOPs by operator and each epoch's counted step.
 
-Run it by hand on an otherwise idle machine (it is not a test) and quote its figures as
+Run it by hand on an otherwise idle machine (tests/test_benchmarks.py runs it on a small
+grid only to see that it works) and quote its figures as
 ratios from one run. ``--epochs`` and ``--max-steps`` (training steps per epoch) shrink
 the cells for a quick check of the script: their figures are then the shrunk cells', not
 the default's.
@@ -65,25 +67,28 @@ the default's.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import tempfile
 import time
 from collections import Counter, defaultdict
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import cirbench.engine.train as train_module
-from _profiling import (HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds,
-                        start_up_seconds, timed)
-from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+from _ceiling import ceiling_record, cell_ceilings, print_ceilings
+from _profiling import HELD_OUT, VALIDATION, default_spec, reference_rows_seconds, start_up_seconds
+from cirbench.engine.evaluate import Evaluation
+from cirbench.engine.grid import Grid
+from cirbench.engine.hooks import TrainingHooks
+from cirbench.engine.spec import Cell, GridSpec
+from cirbench.engine.worker import grid_for, run_cell_by_id
+from cirbench.method import StepOutput
 
 METHODS = "sprc,tme,conesep,hug,habit,intent,oracle"
 STEP, PASSES, BATCHES, REST = "step", "passes", "batches", "set-up, rest"
@@ -91,24 +96,28 @@ STEP, PASSES, BATCHES, REST = "step", "passes", "batches", "set-up, rest"
 
 @dataclass
 class Counted:
-    """A call run under the FLOP counter: its result, its FLOPs (in all and per operator)
-    and its wall time (the counter's own time included)."""
+    """A part's call run under the FLOP counter: its FLOPs (in all and per operator) and its
+    wall time (the counter's own time included)."""
 
-    result: Any
     flops: int
     ops: dict[str, int]
     seconds: float
 
 
-def count(fn: Callable, *args: Any, **kwargs: Any) -> Counted:
-    """``fn(*args, **kwargs)`` under :class:`FlopCounterMode`."""
-    mode = FlopCounterMode(display=False)
-    start = time.perf_counter()
-    with mode:
-        result = fn(*args, **kwargs)
-    seconds = time.perf_counter() - start
-    ops = {str(op): int(n) for op, n in mode.get_flop_counts().get("Global", {}).items()}
-    return Counted(result, int(mode.get_total_flops()), ops, seconds)
+class Counting:
+    """A :class:`FlopCounterMode` entered at one event and left at the next."""
+
+    def __init__(self) -> None:
+        self.mode = FlopCounterMode(display=False)
+        self.mode.__enter__()
+        self.start = time.perf_counter()
+
+    def done(self) -> Counted:
+        """Leave the counter: what it counted."""
+        seconds = time.perf_counter() - self.start
+        self.mode.__exit__(None, None, None)
+        ops = {str(op): int(n) for op, n in self.mode.get_flop_counts().get("Global", {}).items()}
+        return Counted(int(self.mode.get_total_flops()), ops, seconds)
 
 
 @contextmanager
@@ -136,22 +145,12 @@ def matmul_rate(n: int = 1024, repeats: int = 10, trials: int = 7) -> float:
     return 2 * n**3 / best
 
 
-def first_batches(epoch_batches: Callable, max_steps: int, loop_seed: int) -> Callable:
-    """``epoch_batches`` cut to its first ``max_steps`` batches where the training loop asks
-    for them (the cell's seed: its epochs, its steps per epoch, hence its schedule); a
-    method's full passes over the training set (``TrainingContext.iterate``, seeded apart) stay whole."""
-
-    def cut(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
-        batches = epoch_batches(n, batch_size, seed, epoch, shuffle)
-        return batches[:max_steps] if seed == loop_seed else batches
-
-    return cut
-
-
 @dataclass
-class CellProbe:
-    """The counters and timers of one cell, and what they found."""
+class CellProbe(TrainingHooks):
+    """The counters and timers of one cell on the training loop's events, and what they
+    found; with ``max_steps``, each epoch cut to its first ``max_steps`` batches."""
 
+    max_steps: int | None = None
     steps: Counter = field(default_factory=Counter)
     """Steps per epoch."""
     counted_steps: dict[int, Counted] = field(default_factory=dict)
@@ -159,89 +158,70 @@ class CellProbe:
     step_seconds: list[float] = field(default_factory=list)
     """Wall time of every step not counted."""
     evaluations: dict[str, Counted] = field(default_factory=dict)
-    """Each split's counted evaluation (an extra call)."""
+    """Each split's counted (first) evaluation."""
     evaluation_seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    """Wall time of each split's evaluation, every epoch."""
+    """Wall time of each split's evaluations not counted."""
     passes: list[Counted] = field(default_factory=list)
-    """Each epoch's counted passes (an extra call)."""
-    pass_seconds: list[float] = field(default_factory=list)
-    """Wall time of each epoch's passes."""
-    aside_seconds: float = 0.0
-    """Wall time of the extra calls, run beside the cell's own."""
+    """Each epoch's counted passes."""
     times: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     """Other timed parts (batch building)."""
+    _counting: Counting | None = None
+    _start: float = 0.0
 
-    def step(self, fn: Callable) -> Callable:
-        """The harness's ``optimizer_step``, counted on each epoch's first call, else timed."""
-        signature = inspect.signature(fn)
+    def epoch_batches(self, epoch: int, batches: list[np.ndarray]) -> list[np.ndarray]:
+        return batches[:self.max_steps] if self.max_steps else batches
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            epoch = signature.bind(*args, **kwargs).arguments["epoch"]
-            self.steps[epoch] += 1
-            if epoch not in self.counted_steps:
-                self.counted_steps[epoch] = count(fn, *args, **kwargs)
-                return self.counted_steps[epoch].result
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.step_seconds.append(time.perf_counter() - start)
+    def _begin(self, count: bool) -> None:
+        self._counting = Counting() if count else None
+        self._start = time.perf_counter()
 
-        return wrapper
+    def _end(self) -> Counted | float:
+        if self._counting is not None:
+            counted, self._counting = self._counting.done(), None
+            return counted
+        return time.perf_counter() - self._start
 
-    def aside(self, fn: Callable, *args: Any, **kwargs: Any) -> Counted:
-        """``fn``'s FLOPs, counted by an extra call that leaves the random states as they were."""
-        with random_states_kept():
-            counted = count(fn, *args, **kwargs)
-        counted.result = None
-        self.aside_seconds += counted.seconds
-        return counted
+    def step_start(self, epoch: int, step: int) -> None:
+        self.steps[epoch] += 1
+        self._begin(epoch not in self.counted_steps)
 
-    def evaluate(self, fn: Callable) -> Callable:
-        """The training loop's ``evaluate``, timed, and counted by an extra call after each split's first."""
+    def step_end(self, epoch: int, step: int, out: StepOutput) -> None:
+        found = self._end()
+        if isinstance(found, Counted):
+            self.counted_steps[epoch] = found
+        else:
+            self.step_seconds.append(found)
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            split = evaluated_split(kwargs)
-            start = time.perf_counter()
-            result = fn(*args, **kwargs)
-            self.evaluation_seconds[split].append(time.perf_counter() - start)
-            if split not in self.evaluations:  # after the cell's own call, which is timed as the harness runs it
-                self.evaluations[split] = self.aside(fn, *args, **kwargs)
-            return result
+    def evaluation_start(self, epoch: int, split: str) -> None:
+        self._begin(split not in self.evaluations)
 
-        return wrapper
+    def evaluation_end(self, epoch: int, split: str, evaluation: Evaluation) -> None:
+        found = self._end()
+        if isinstance(found, Counted):
+            self.evaluations[split] = found
+        else:
+            self.evaluation_seconds[split].append(found)
 
-    def on_epoch_start(self, fn: Callable) -> Callable:
-        """A method's ``on_epoch_start``: counted by an extra call every epoch, and timed."""
+    def epoch_pass_start(self, epoch: int) -> None:
+        self._begin(True)
 
-        def wrapper(method: Any, epoch: int) -> Any:
-            self.passes.append(self.aside(fn, method, epoch))
-            start = time.perf_counter()
-            try:
-                return fn(method, epoch)
-            finally:
-                self.pass_seconds.append(time.perf_counter() - start)
+    def epoch_pass_end(self, epoch: int) -> None:
+        self.passes.append(self._end())
 
-        return wrapper
+    def batch_start(self, epoch: int, step: int) -> None:
+        self._batch_start = time.perf_counter()
+
+    def batch_end(self, epoch: int, step: int) -> None:
+        self.times[BATCHES] += time.perf_counter() - self._batch_start
 
 
 def run_probed(spec: GridSpec, cell: Cell, max_steps: int | None) -> tuple[CellProbe, dict[str, Any], float]:
     """Run ``cell`` of ``spec``'s grid as a worker process does, with a :class:`CellProbe` on
-    it; its outcome (:meth:`~cirbench.engine.cell.CellOutcome.record`) and wall time."""
-    probe, method_cls = CellProbe(), cell.method_cls
-    with ExitStack() as stack:
-        stack.enter_context(patched(train_module, "optimizer_step", probe.step(train_module.optimizer_step)))
-        stack.enter_context(patched(train_module, "evaluate", probe.evaluate(train_module.evaluate)))
-        stack.enter_context(patched(train_module.BatchMaker, "__call__",
-                                    timed(BATCHES, train_module.BatchMaker.__call__, probe.times)))
-        stack.enter_context(patched(method_cls, "on_epoch_start", probe.on_epoch_start(method_cls.on_epoch_start)))
-        if max_steps:
-            stack.enter_context(patched(train_module, "epoch_batches",
-                                        first_batches(train_module.epoch_batches, max_steps, cell.key.seed)))
-        start = time.perf_counter()
-        outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
-        wall = time.perf_counter() - start
-    return probe, outcome, wall
+    its training loop; its outcome (:meth:`~cirbench.engine.cell.CellOutcome.record`) and wall time."""
+    grid_for(spec).resources.hooks = probe = CellProbe(max_steps)
+    start = time.perf_counter()
+    outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
+    return probe, outcome, time.perf_counter() - start
 
 
 @dataclass
@@ -262,32 +242,38 @@ class Part:
 
 def summarize(probe: CellProbe, wall: float) -> tuple[dict[str, Part], dict[str, float]]:
     """The cell's parts (``step``, the two evaluations, ``passes``, ``batches``, the rest
-    and ``cell``) and the counter's time taken out of ``wall`` (``aside``, ``overhead``)."""
+    and ``cell``) and the counter's time taken out of ``wall`` (on the steps, on the evaluations)."""
     n_steps = sum(probe.steps.values())
     step_flops = sum(probe.steps[e] * c.flops for e, c in probe.counted_steps.items())
     counted = [c.seconds for c in probe.counted_steps.values()]
     median_step = statistics.median(probe.step_seconds or counted)
     overhead = sum(max(0.0, s - median_step) for s in counted) if probe.step_seconds else 0.0
     step_seconds = sum(probe.step_seconds) + sum(counted) - overhead
-    cell_wall = wall - probe.aside_seconds - overhead
+    evaluation_overhead, evaluation_seconds = 0.0, {}
+    for split, c in probe.evaluations.items():
+        others = probe.evaluation_seconds[split]
+        extra = max(0.0, c.seconds - statistics.median(others)) if others else 0.0
+        evaluation_overhead += extra
+        evaluation_seconds[split] = [c.seconds - extra, *others]
+    cell_wall = wall - overhead - evaluation_overhead
     first_step = next(iter(probe.counted_steps.values()))
     parts = {STEP: Part(n_steps, step_flops / n_steps, median_step, step_seconds / cell_wall, first_step.ops)}
     total_flops = step_flops
     for split in (VALIDATION, HELD_OUT):
         if split in probe.evaluations:
-            seconds, c = probe.evaluation_seconds[split], probe.evaluations[split]
+            seconds, c = evaluation_seconds[split], probe.evaluations[split]
             parts[split] = Part(len(seconds), c.flops, statistics.median(seconds), sum(seconds) / cell_wall, c.ops)
             total_flops += len(seconds) * c.flops
     pass_flops = sum(c.flops for c in probe.passes)
-    epochs = len(probe.pass_seconds)
-    parts[PASSES] = Part(epochs, pass_flops / epochs if pass_flops else None, sum(probe.pass_seconds) / epochs,
-                         sum(probe.pass_seconds) / cell_wall, next((c.ops for c in probe.passes if c.flops), {}))
+    epochs, pass_seconds = len(probe.passes), sum(c.seconds for c in probe.passes)
+    parts[PASSES] = Part(epochs, pass_flops / epochs if pass_flops else None, pass_seconds / epochs,
+                         pass_seconds / cell_wall, next((c.ops for c in probe.passes if c.flops), {}))
     total_flops += pass_flops
     parts[BATCHES] = Part(n_steps, None, probe.times[BATCHES] / n_steps, probe.times[BATCHES] / cell_wall)
     rest = 1.0 - sum(p.share for p in parts.values())
     parts[REST] = Part(1, None, rest * cell_wall, rest)
     parts["cell"] = Part(1, total_flops, cell_wall, 1.0)
-    return parts, {"aside": probe.aside_seconds, "overhead": overhead}
+    return parts, {"steps": overhead, "evaluations": evaluation_overhead}
 
 
 def part_record(part: Part, mm: float) -> dict[str, Any]:
@@ -306,7 +292,8 @@ def print_parts(label: str, parts: dict[str, Part], mm: float) -> None:
         label = ""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Count and time the cells the arguments name and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default=METHODS)
     parser.add_argument("--noise", type=float, default=0.5)
@@ -318,7 +305,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
-    args = parser.parse_args()
+    parser.add_argument("--ceiling", action="store_true", help="also each part's ceiling at its shapes (_ceiling.py)")
+    parser.add_argument("--repeats", type=int, default=5, help="--ceiling: replays of each distinct call (the best is kept)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     rate_before = matmul_rate()
@@ -339,6 +328,8 @@ def main() -> None:
                 "step_flops_by_epoch": {e: c.flops for e, c in probe.counted_steps.items()},
                 "steps_by_epoch": dict(probe.steps), "pass_flops_by_epoch": [c.flops for c in probe.passes],
             }
+        ceilings = cell_ceilings(spec.methods, args.noise, args.dataset, args.cache_dir, Path(output) / "ceiling",
+                                 args.repeats) if args.ceiling else {}
     rate_after = matmul_rate()
     mm = max(rate_before, rate_after)
     start_up = start_up_seconds()
@@ -360,6 +351,9 @@ def main() -> None:
         cols = [(STEP, 9), (VALIDATION, 12), (HELD_OUT, 10), ("cell", 9)]
         print(f"{method:<14}" + "".join(
             f"{parts[k].rate() / mm:>{w}.1%}" if k in parts and parts[k].rate() else f"{'-':>{w}}" for k, w in cols))
+    if ceilings:
+        print(f"\nthe ceiling at the model's shapes (each cell shrunk to two epochs of six steps)")
+        print_ceilings(ceilings, mm)
     if args.json:
         record = {
             "torch": torch.__version__, "threads": torch.get_num_threads(), "dataset": spec.dataset, "backbone": spec.backbone,
@@ -368,6 +362,7 @@ def main() -> None:
             "start_up_seconds": start_up, "reference_rows_seconds": references,
             "methods": {method: {**found, "parts": {k: part_record(p, mm) for k, p in found["parts"].items()}}
                         for method, found in results.items()},
+            **({"ceiling": ceiling_record(ceilings, mm)} if ceilings else {}),
         }
         args.json.write_text(json.dumps(record, indent=1))
         print(f"\nwritten: {args.json}")

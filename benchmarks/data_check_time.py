@@ -8,7 +8,8 @@ process each time) and prints the wall time of:
 - the default header check with an empty verdict cache, then again with the cache warm;
 - ``--deep`` (every image decoded) with an empty cache, then warm.
 
-Run by hand (not a test)::
+Run by hand (``tests/test_benchmarks.py`` runs it on a few small images only to see that
+it works)::
 
     python benchmarks/data_check_time.py --root /tmp/fiq-bench --images 30000
 
@@ -73,7 +74,8 @@ def timed_check(root: Path, cache: Path, *extra: str, source: Path | None = None
     return seconds, done.returncode, lines[-1] if lines else done.stderr[-300:]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Build the root unless it exists and time the checks."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=Path("/tmp/cirbench-fiq-bench"))
     parser.add_argument("--images", type=int, default=30000)
@@ -82,7 +84,7 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout of an older cirbench to time too (its check, e.g. a0876e4's serial full decode)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if args.rebuild and args.root.exists():
         shutil.rmtree(args.root)

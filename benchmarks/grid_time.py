@@ -8,13 +8,16 @@ feature caching in a new cache directory); per method, seconds per training step
 backward and optimiser step, measured inside the loop) and its ratio to ``sprc``; the share
 of wall time spent outside the model's forward/backward (data, noise, evaluation, writing);
 and, on each trained model, the time to encode the validation queries and to run the whole
-retrieval (queries, gallery, scoring), as ratios to ``sprc``. Run it by hand on an idle
-machine; it is not a test.
+retrieval (queries, gallery, scoring), as ratios to ``sprc``. The grid is the default
+``cirbench run`` builds (the held-out share it resolves for the dataset included). Run it by
+hand on an idle machine (``tests/test_benchmarks.py`` runs it on a small grid only to see
+that it works).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from collections import defaultdict
@@ -23,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from _profiling import default_spec
+from cirbench.engine.cell import run_cell
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.grid import Grid, GridSpec
 
@@ -37,7 +42,8 @@ def timed(fn, repeats: int = 3) -> float:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Time the grid the arguments name and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", default="sprc,oracle")
     parser.add_argument("--noise", default="0,0.5,0.8")
@@ -47,20 +53,19 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="use a new cache directory (time first-time setup)")
     parser.add_argument("--cache-dir", type=Path, default=Path("datasets"), help="the cache directory when not --fresh")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds of query encoding and retrieval")
-    args = parser.parse_args()
+    parser.add_argument("--work", type=Path, default=None, help="the folder of the results (default: a new temporary one)")
+    args = parser.parse_args(argv)
 
     methods = args.methods.split(",")
     if "sprc" not in methods:
         methods.insert(0, "sprc")
-    work = Path(tempfile.mkdtemp(prefix="cirbench-bench-"))
-    spec = GridSpec(
-        methods=methods, noise_rates=[float(x) for x in args.noise.split(",")], dataset=args.dataset,
-        epochs=args.epochs, batch_size=args.batch_size, output=work / "results",
-        cache_dir=work / "datasets" if args.fresh else args.cache_dir,
-    )
+    work = args.work or Path(tempfile.mkdtemp(prefix="cirbench-bench-"))
+    spec = dataclasses.replace(default_spec(methods, [float(x) for x in args.noise.split(",")], args.epochs,
+                                            work / "datasets" if args.fresh else args.cache_dir, work / "results",
+                                            dataset=args.dataset), batch_size=args.batch_size)
     start = time.perf_counter()
     grid = Grid(spec)
-    outcomes = [grid.run_cell(cell, lambda info: None, announce=print) for cell in grid.cells]
+    outcomes = [run_cell(grid.resources, cell, lambda info: None, announce=print) for cell in grid.cells]
     wall = time.perf_counter() - start
 
     per_step, model_seconds, trained = defaultdict(list), 0.0, {}
@@ -72,9 +77,9 @@ def main() -> None:
         model_seconds += o.result.model_seconds
         trained.setdefault(o.cell.key.method, o.result.method)
 
-    dataset = grid.dataset()
+    dataset = grid.resources.dataset()
     backbone = next(iter(trained.values())).backbone
-    tokens = grid.tokens(backbone, print)
+    tokens = grid.resources.tokens(backbone, print)
     texts = backbone.tokenize(dataset.val.texts)
     refs = torch.from_numpy(np.asarray(tokens[dataset.val.reference], dtype=np.float32))
     query_time, retrieval_time = {}, {}

@@ -154,7 +154,7 @@ class TrainingContext:
     target image of each training sample at ``index`` (``Batch.index``), as the held-out
     evaluation that ended the last epoch encoded them (eval mode, no gradient), or None
     where there are none (no held-out split, before the first evaluation, once a step has
-    changed the weights, or off the CPU: :func:`cirbench.engine.train.keeps_exactly`). For an epoch-level pass at the next epoch's start (TME's), which
+    changed the weights, or off the CPU: :func:`cirbench.engine.evaluate.keeps_exactly`). For an epoch-level pass at the next epoch's start (TME's), which
     would otherwise encode those targets again. None outside the harness."""
 
 

@@ -1,128 +1,12 @@
 """HUG: heterogeneous uncertainty-guided CIR with fine-grained Gaussian embeddings
 (Tang et al., AAAI 2026; equations as the release tanghme0w/AAAI26-HUG computes them).
 
-Representation. A query (reference, text) and a target are each K Gaussians, one per
-composer query token (K = ``backbone.num_query_tokens``). The mean of component k is the
-token's composer output through the backbone's ``vision_proj``, L2-normalised per
-component; both sides share that projection, as the release compares raw Q-Former states
-of both sides in one space. Query means come from the fused pass (queries + text +
-reference), target means from the image-only pass. Unlike the release, the means are
-trained (the composer learns through them); ``freeze_means`` computes them without
-gradient, which is the release's training signal (only the heads and ``a``, ``b`` learn).
-
-Uncertainty. Three heads, each one TransformerEncoderLayer (4 heads, FFN 4x, GELU) then
-Linear-GELU-Dropout-Linear-Softplus, from ``hidden_size`` to ``embed_dim``, give a
-per-component, per-dimension standard deviation ``s``. The release's dropout is 0.1; the
-default here is 0 (``head_dropout``): on the CPU the dropout masks took a fifth of HUG's
-training step, and on ``shapes`` R@10 was the same without them (0.589 vs 0.593 at 50%
-noise, 0.477 vs 0.475 at 80%; ``docs/hug.md``). ``--set hug.head_dropout=0.1`` is the
-release. The heads:
-
-- visual head, shared by both images: on the image-only pass of the reference (query side)
-  and of the target (the same pass that gives the target means);
-- text head: on the query-token outputs of a text-only pass (queries + text, no image);
-- multimodal coordination head: on the fused pass, the pass that gives the query means.
-
-By default (``heads_train_composer=true``, hug v5) the heads train the composer as the
-paper reads it: it states no stop-gradient and every head reads the shared Q-Former, so
-the heads' losses reach the composer through every pass a head reads: the fused and target
-passes and the reference image-only, text-only and mismatched passes (hug v4 left the
-reference-only and text-only passes without autograd, so the shared visual head trained the
-composer from the target alone). There the weights of L_FC and L_Cord against L_HC steer
-the composer, so their normalisation matters: with hug v4's (negatives summed,
-coordination uncertainty summed over components) the two regularisers outweighed L_HC in
-the composer's gradient and the end-to-end reading ended below the start (``docs/hug.md``,
-hug v5). ``heads_train_composer=false`` is the cheaper detached reading (hug v4's
-default): the composer learns through the means only and the uncertainty passes that feed
-nothing else run without autograd; drawing ``cord_pairs`` mismatched pairs per batch rather
-than one per sample keeps the step's cost down in both readings (``benchmarks/hug_cost.py``).
-
-Units. The heads' ``v = s**2`` are in units of ``1 / embed_dim``, the per-dimension scale
-of a unit-norm mean, so they are O(1) like the release's variances over un-normalised
-768-d states: the dynamic weighting ``w_x = softmax_x(-v_x)`` (per component and
-dimension, x in {reference, text, multimodal}), the fine-grained and coordination losses
-and the noise score use ``v`` as is, and the Gaussian's variance in the embedding space is
-``v / embed_dim``. Unit-norm means keep the distance in ``[0, 4K]`` plus variances, the
-range in which the sigmoid loss with ``a = 1``, ``b = 0`` is neither flat nor saturated.
-
-Losses. ``L_HC + 0.5 L_FC + 0.1 L_Cord``:
-
-- ``L_HC`` (paper Eq. 13): SigLIP-style sigmoid loss on the closed-form expected squared
-  distance ``d = sum ||mu_q - mu_c||^2 + sum var_q + sum var_c``, logits ``a d + b``:
-  positives ``-log S(-a d - b)``, negatives ``-log S(a d + b)`` counted in both directions
-  (query -> targets and target -> queries), divided by the batch size. As in SigLIP, whose
-  loss this is, the scale is learnt as ``a = exp(a')`` (``a'`` init ``log init_a``, so it
-  stays positive) and the bias starts at ``init_b = -10``. The start matters: with 2(B-1)
-  negatives per positive a constant prediction balances at ``a d + b = ln 2(B-1)`` (5.5 at
-  batch 128); the release's ``b = 0`` puts every logit above it (about 13 for positives
-  and 19 for negatives on ``shapes``; the summed variance offset alone is 7.8), so the
-  negatives get no gradient, the loss only pulls pairs together, the means of different
-  samples collapse onto one point within about 10 steps and the loss freezes at the
-  constant-prediction value (6.5155 at batch 125). With ``b = -10`` positives start below
-  the balance point and negatives above it (a test checks this). The release cannot be
-  followed here: it never gives ``a`` and ``b`` to its optimiser.
-- ``L_FC`` (``fc_form``). ``sigmoid`` (default, the paper's Eq. 16): a sigmoid loss on the
-  squared distance ``||sigma_a - sigma_b||^2`` between the standard-deviation vectors of
-  two components, logits ``a_fc d + b_fc`` (``a_fc = exp(a_fc')``, learnable, init 1 and
-  ``fc_init_b``): as printed, the sum runs over the negatives only, which a learnable bias
-  would satisfy by growing without bound, so each anchor's partner (component k of the
-  matched sample's other side) is its positive, ``-log S(-(a_fc d + b_fc))``, as in
-  Eq. 13. Eq. 16 takes an expectation over an anchor's negatives and sums over sides and
-  components (``sum_{M in {q, c}} sum_k E[.]``), where Eq. 13 writes ``B * E`` for its sum
-  over negatives: ``fc_negatives=mean`` (default) is that, per anchor the positive plus the
-  mean over its 2(K-1) + 2(B-1) negatives, averaged over samples, summed over sides and
-  components; ``fc_negatives=sum`` (hug v4) summed the negatives and averaged over
-  anchors: at K = 8, B = 128 about 17 times the printed weight on each negative (growing
-  with the batch) and a sixteenth of it on each positive. ``infonce`` is cirbench's
-  earlier reading, neither the paper's nor the release's: InfoNCE (tau 0.07) on the
-  variance vectors, centred on the batch mean of
-  their side and component (``fc_centre``) and L2-normalised (the release's InfoNCE is
-  uncentred: ``fc_centre=false``; Softplus variances share a large positive offset, so
-  uncentred cosines start near 1 and the heads collapse to input-independent outputs).
-  Negatives in both forms: component-wise (the other components of the same query and
-  target), instance-wise (component k of the other samples, same side) and modality-wise
-  (component k of the other samples' other side). The release has component- and
-  (cross-side) instance-wise terms in Python loops; here each is one batched product.
-- ``L_Cord``: the release's ranking form ``mean(relu(0.2 + |v_m(matched)| - |v_m(mismatched)|))``
-  on the paper's coordination uncertainty ``|v_m| = sigma-bar_m^2``, each component's summed
-  variance averaged over the components (``cord_reduce=mean``, default: the bar is the
-  component mean, as in the paper's overall uncertainty ``1/K sum_k ||sigma^k||^2``; the
-  release and hug v4 sum over the components too, ``cord_reduce=sum``, K times as much),
-  over ``cord_pairs`` random samples of the batch (16 by default, an eighth of the default
-  batch of 128, chosen for the cost limit: the
-  release pairs every sample, ``cord_pairs=0``); a sample's mismatched text is another
-  sample's, drawn by a random derangement (a permutation with no fixed point) from torch's
-  RNG, which the harness seeds.
-
-Noise score. The matched pass's mean ``v_m`` (multimodal coordination uncertainty) of each
-training sample, as the training step computes it (heads in training mode); with
-``cross_modal`` off, the mean combined query variance; with ``probabilistic`` off (point
-matching) there is none. A second score, ``overall_uncertainty``, is the mean combined
-query variance (the paper's overall uncertainty, Fig. 4 left), recorded beside it.
-
-Retrieval. ``encode_queries``/``encode_targets`` return packed Gaussians
-``[flattened means | squared mean norm + summed variance]`` (N, K * E + 1), and
-``similarity`` is minus the expected distance as one matrix product plus two rank-one
-terms. The query's own variance adds the same constant to every target of that query, so
-it cannot change a ranking; by default ``encode_queries`` skips the two uncertainty passes
-it would need (``exact_query_variance`` computes them and gives the exact distance).
-
-Ablations (paper Table 3), as Config switches: ``probabilistic`` (off: point matching,
-zero variances, one loss: ``point_loss``, by default the paper's row 0, InfoNCE (He et al.
-2020) on the point embeddings: logits ``-d / (2K tau)`` with ``d`` the summed squared
-distance of the K unit component means (the mean cosine over components up to a constant
-a softmax ignores) and ``tau = point_temperature`` 0.07, query to targets as SPRC's
-``itc``. ``point_loss=sigmoid`` is cirbench's earlier reading, Eq. 13 without variances,
-which differs from row 1 by the variances alone but not only in them: without the summed
-variance offset (about 7.8 on ``shapes``) the bias ``b = -10`` starts the negatives *below*
-the balance point ln 2(B-1) (logits near 1.5 at the pre-trained start), the first steps
-push every pair apart (loss 312 against the full model's 7.3 at step 0) and the first
-epoch wrecks the start (R@10 0.04-0.06 from 0.398); a test checks the default does not),
-``fc_component``,
-``fc_instance``, ``fc_modality``, ``cross_modal`` (off: query variance from the reference
-and text heads only), ``coordination_loss`` and ``dynamic_weighting`` (off: static equal
-weights).
-:data:`TABLE3_ROWS` gives the switch settings of each row.
+A query and a target are each K Gaussians, one per composer query token; three uncertainty
+heads give their variances, weighted per modality; the losses are the holistic sigmoid loss
+on the expected distance (Eq. 13), the fine-grained loss (Eq. 16) and the coordination
+loss; retrieval is one matrix product plus two rank-one terms. How each part follows the
+paper and the release (units, normalisations, where they differ, the Table 3 switches) is
+``docs/hug.md``, "How the code maps the paper".
 """
 
 from __future__ import annotations
@@ -165,20 +49,7 @@ TABLE3_ROWS: dict[str, dict[str, bool]] = {
     "full": {name: True for name in _ABLATION_SWITCHES},
 }
 """The rows of the paper's Table 3 (each adds to the one before) as ``HUGConfig`` switches;
-:func:`table3_grid_args` turns them into grid variants."""
-
-
-def table3_grid_args() -> tuple[str, list[str]]:
-    """``--methods`` and ``--set`` values that run every Table 3 row as a grid variant
-    ``hug:<row>`` (the full model is plain ``hug``), e.g.
-    ``cirbench run --methods "$methods" $(printf -- '--set %s ' "${sets[@]}")``."""
-    defaults = HUGConfig()
-    labels, sets = [], []
-    for row, switches in TABLE3_ROWS.items():
-        label = "hug" if row == "full" else f"hug:{row}"
-        labels.append(label)
-        sets += [f"{label}.{k}={str(v).lower()}" for k, v in switches.items() if getattr(defaults, k) != v]
-    return ",".join(labels), sets
+``HUG.ablations`` makes them grid variants (``cirbench run --ablate hug``)."""
 
 
 @dataclass
@@ -186,7 +57,7 @@ class HUGConfig(MethodConfig):
     """HUG's hyperparameters. Optimiser defaults follow the release where the harness has
     the knob (AdamW betas (0.9, 0.999), weight decay 0.01, gradient clipping 1.0; the
     paper's eps 1e-7); ``lr`` None is the backbone's default. ``head_dropout`` is 0, not the
-    release's 0.1 (see the module docstring)."""
+    release's 0.1 (``docs/hug.md``)."""
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "fc_weight": LogUniform(0.2, 1.0), "cord_weight": LogUniform(0.03, 0.3),
@@ -444,7 +315,7 @@ def mismatched_pairs(n: int, pairs: int, device: torch.device | str = "cpu") -> 
 
 
 class HUG(Method):
-    """Heterogeneous uncertainty-guided Gaussian matching; see the module docstring."""
+    """Heterogeneous uncertainty-guided Gaussian matching; see ``docs/hug.md``."""
 
     name = "hug"
     version = "5"
@@ -518,7 +389,7 @@ class HUG(Method):
 
     def losses(self, batch: Batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The unweighted loss terms of a batch (``hc``, and ``fc``, ``cord`` where enabled)
-        and the per-sample scores by name: ``noise_score`` (see the module docstring) and
+        and the per-sample scores by name: ``noise_score`` (``docs/hug.md``) and
         ``overall_uncertainty``, the mean variance of the query's combined components (the
         paper's ``||sigma||^2`` averaged over components, Fig. 4); none for point matching."""
         config = self.config
@@ -563,7 +434,7 @@ class HUG(Method):
     def point_matching_loss(self, mu_q: torch.Tensor, mu_c: torch.Tensor) -> torch.Tensor:
         """Table 3 row 0 (``probabilistic`` off) on component means (B, K, E): InfoNCE on
         ``-d / (2K)`` at ``point_temperature`` (the paper), or Eq. 13 without variances
-        (``point_loss=sigmoid``); see the module docstring."""
+        (``point_loss=sigmoid``); see ``docs/hug.md``."""
         zeros = torch.zeros_like(mu_q)
         distance = expected_distance(mu_q, zeros, mu_c, zeros)
         if self.config.point_loss == "sigmoid":

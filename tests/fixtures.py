@@ -127,3 +127,13 @@ class ScoreTableMethod(torch.nn.Module):
 
     def similarity(self, queries: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return queries @ targets.T
+
+
+def use_datasets(monkeypatch, datasets) -> None:
+    """Make the grid, its plan and its cells' resources read ``datasets`` as the dataset registry."""
+    import cirbench.engine.grid
+    import cirbench.engine.resources
+    import cirbench.engine.spec
+
+    for module in (cirbench.engine.grid, cirbench.engine.spec, cirbench.engine.resources):
+        monkeypatch.setattr(module, "DATASETS", datasets)

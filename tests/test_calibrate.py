@@ -221,7 +221,7 @@ def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, c
     """A generated dataset from ``--plugin`` gets the generated datasets' held-out share, as
     ``shapes`` does (it resolved to none when the share was read before the plugin registered)."""
     from cirbench import defaults
-    from cirbench.cli_grid import calibrate_grid
+    from cirbench.cli.grid import calibrate_grid
 
     plugin = tmp_path / "tiny_shapes.py"
     plugin.write_text("from cirbench.data.registry import ShapesLoader\n\n\n"

@@ -19,7 +19,7 @@ from cirbench.data.registry import DATASETS
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.features import image_tokens
 from cirbench.plugins import discover
-from cirbench.predict import rank_test_queries, write_submission
+from cirbench.engine.predict import rank_test_queries, write_submission
 from fixtures import ScoreTableMethod, write_cirr
 
 CIRR = DATASETS.get("cirr")

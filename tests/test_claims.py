@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cirbench.engine.purity import purity_rows
+from cirbench.engine.recorder import purity_rows
 from cirbench.report import build_report, load_results
 from cirbench.report.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from cirbench import cli_grid
+import cirbench.cli.grid as cli_grid
+from cirbench.engine.cell import run_cell, run_reference
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.engine import cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
@@ -91,11 +92,11 @@ def _grid(tmp_path: Path, cache_dir: Path) -> Grid:
 def test_text_only_is_read_from_the_store_or_evaluated_with_the_starting_backbone(tmp_path: Path, cache_dir: Path) -> None:
     grid = _grid(tmp_path, cache_dir)
     cell = grid.cells[0]
-    dataset, backbone, tokens = cell_module.start(grid, cell.key, {}, lambda m: None)
-    evaluated = cell_module.text_only_recall(grid, cell.key, dataset, backbone, tokens)  # no reference row recorded yet
+    dataset, backbone, tokens = cell_module.start(grid.resources, cell.key, {}, lambda m: None)
+    evaluated = cell_module.text_only_recall(grid.resources, cell.key, dataset, backbone, tokens)  # no reference row recorded yet
     (text_only,) = [c for c in grid.reference_cells() if c.key.method == "text_only"]
-    assert grid.run_reference(text_only, announce=lambda m: None).status == "completed"
-    stored = cell_module.text_only_recall(grid, cell.key, dataset, None, None)  # read from the store: needs no backbone
+    assert run_reference(grid.resources, text_only, announce=lambda m: None).status == "completed"
+    stored = cell_module.text_only_recall(grid.resources, cell.key, dataset, None, None)  # read from the store: needs no backbone
     assert 0.0 < stored == evaluated
 
 
@@ -106,7 +107,7 @@ def test_a_grid_cell_records_the_flag_and_keeps_its_numbers(tmp_path: Path, cach
     chance = "kept set 39.0% clean (390 of 1000) below chance 50.0% (p=4e-23) at the final epoch (1)"
     seen = []  # the kept-set rule (cirbench.results.chance) on the cell's own purity rows and n_noisy
     monkeypatch.setattr(cell_module, "below_chance_reason", lambda purity, n_noisy: seen.append(n_noisy) or chance)
-    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
     runs = pd.read_parquet(tmp_path / "results" / "runs")
     (row,) = runs.to_dict("records")

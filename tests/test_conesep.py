@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-import cirbench.engine.grid as grid_module
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.config import ConfigError, build_config
 from cirbench.data.registry import ShapesLoader
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.method import Batch, TrainingContext
 from cirbench.registry import Registry
@@ -34,6 +34,8 @@ from cirbench_methods.conesep import (
     unlearning_loss,
     unlearning_mask,
 )
+
+from fixtures import use_datasets
 
 B = 6
 TEXTS = ["make the red circle blue", "add a small square", "remove the triangle", "move the circle left",
@@ -409,7 +411,7 @@ def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch, cac
     a partition in both, and purity rows for every noise type."""
     datasets = Registry("dataset")
     datasets.add("shapes-micro", ShapesLoader("conesep test set", n_train_scenes=30, n_val_scenes=10))
-    monkeypatch.setattr(grid_module, "DATASETS", datasets)
+    use_datasets(monkeypatch, datasets)
     spec = GridSpec(
         methods=["conesep", "conesep:no_ot"], noise_rates=[0.5], dataset="shapes-micro", epochs=2, batch_size=30,
         output=tmp_path / "results", cache_dir=cache_dir,
@@ -418,7 +420,7 @@ def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch, cac
     grid = Grid(spec)
     assert [c.config.ot for c in grid.cells] == [True, False]
     for cell in grid.cells:
-        outcome = grid.run_cell(cell, progress=lambda info: None, announce=lambda m: None)
+        outcome = run_cell(grid.resources, cell, progress=lambda info: None, announce=lambda m: None)
         assert outcome.status == "completed", outcome.error
 
     purity = grid.store.read("purity")

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-import cirbench.engine.grid as grid_module
 from cirbench.backbones.registry import BACKBONES
 from cirbench.data.noise import inject_noise
 from cirbench.data.registry import ShapesLoader
+from cirbench.engine.cell import run_cell
 from cirbench.engine.features import SamplePixels, image_tokens, pixel_encoder
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.online import OnlineTokens
@@ -24,6 +24,8 @@ from cirbench.engine.precision import use_precision
 from cirbench.engine.train import BatchMaker
 from cirbench.plugins import discover
 from cirbench.registry import Registry
+
+from fixtures import use_datasets
 
 METHODS = discover().methods.names()
 
@@ -33,7 +35,7 @@ def test_method_conforms(method: str, tmp_path: Path, cache_dir: Path) -> None:
     grid = Grid(GridSpec(methods=[method], noise_rates=[0.5], dataset="shapes-mini", epochs=2, batch_size=128,
                          output=tmp_path, cache_dir=cache_dir))
     (cell,) = grid.cells
-    outcome = grid.run_cell(cell, lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
     recall = outcome.final["all"]
     assert set(recall) >= {"recall@1", "recall@5", "recall@10", "recall@50"}
@@ -128,10 +130,10 @@ def test_stateful_and_image_pass_methods_train_on_the_real_backbones(method: str
         pytest.skip(f"{backbone_name} is not installed")
     datasets = Registry("dataset")
     datasets.add("shapes-micro", MICRO)
-    monkeypatch.setattr(grid_module, "DATASETS", datasets)
+    use_datasets(monkeypatch, datasets)
     grid = Grid(GridSpec(methods=[method], noise_rates=[0.5], dataset="shapes-micro", epochs=2, batch_size=20,
                          backbone=backbone_name, weights=weights[backbone_name], output=tmp_path, cache_dir=micro_root))
-    outcome = grid.run_cell(grid.cells[0], lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, grid.cells[0], lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
     losses = outcome.result.tables["losses"]
     assert np.isfinite(losses.value).all()

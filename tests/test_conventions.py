@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import cirbench
 from cirbench.cli import app
-from cirbench.cli_options import WEIGHTS_HELP
+from cirbench.cli.options import WEIGHTS_HELP
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

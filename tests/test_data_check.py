@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import cirbench.cli as cli
+import cirbench.cli.main as cli
 from cirbench.data import imagecheck
 from cirbench.data.check import DatasetProblemsError, check_dataset
 from cirbench.data.files import PathEscapeError, resolve_inside

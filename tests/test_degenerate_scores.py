@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from cirbench.data.registry import DATASETS
+from cirbench.engine.cell import run_cell
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.retrieval import hit_probability, rank_and_ties, recall_at, target_ranks
@@ -166,14 +167,14 @@ def test_degenerate_models_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     grid = Grid(GridSpec(methods=["flat", "nans"], noise_rates=[0.0], dataset="shapes-mini", epochs=1, batch_size=64,
                          output=tmp_path / "r", cache_dir=cache_dir, plugin_files=[plugin]))
     for cell in grid.cells:
-        assert grid.run_cell(cell, lambda info: None, announce=lambda m: None).status == "completed"
+        assert run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None).status == "completed"
     metrics = grid.store.read("metrics").set_index(["method", "metric"]).value
     runs = grid.store.read("runs").set_index("method")
-    candidates = len(grid.dataset().gallery["all"]) - 1
+    candidates = len(grid.resources.dataset().gallery["all"]) - 1
     for k in (1, 5, 10, 50):
         assert metrics["flat", f"recall@{k}"] == pytest.approx(k / candidates, rel=1e-5)
         assert metrics["nans", f"recall@{k}"] == 0.0
     assert runs.loc["flat", "n_nonfinite_queries"] == 0
-    assert runs.loc["nans", "n_nonfinite_queries"] == len(grid.dataset().val)
+    assert runs.loc["nans", "n_nonfinite_queries"] == len(grid.resources.dataset().val)
     ranks = pd.read_parquet(tmp_path / "r" / "ranks")
     assert (ranks[ranks.method == "flat"].ties == candidates - 1).all()

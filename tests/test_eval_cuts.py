@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
-import cirbench.engine.train as train_module
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.data.holdout import hold_out
 from cirbench.data.noise import inject_noise
 from cirbench.data.registry import ShapesLoader
 from cirbench.engine.features import image_tokens
 from cirbench.data.base import TripletSplit
-from cirbench.engine.train import EvaluatedTargets, TrainResult, keeps_exactly, train_cell
+from cirbench.engine.evaluate import EvaluatedTargets, keeps_exactly
+from cirbench.engine.train import TrainResult, train_cell
 from cirbench.plugins import discover
 
 TIMINGS = {"partition_seconds"}
@@ -53,7 +53,7 @@ def test_tme_pass_reads_the_held_out_evaluations_targets_exactly(cache_dir: Path
     """TME's partition pass reads its targets' features from the held-out evaluation that
     ended the epoch before (cut (c)) and partitions, trains and ranks exactly as when it
     encodes them itself."""
-    lookup = train_module.EvaluatedTargets.__call__
+    lookup = EvaluatedTargets.__call__
     served: list[int] = []
 
     def counted(self, index: torch.Tensor) -> torch.Tensor | None:
@@ -61,12 +61,12 @@ def test_tme_pass_reads_the_held_out_evaluations_targets_exactly(cache_dir: Path
         served.append(0 if found is None else len(index))
         return found
 
-    monkeypatch.setattr(train_module.EvaluatedTargets, "__call__", counted)
+    monkeypatch.setattr(EvaluatedTargets, "__call__", counted)
     cut = train_micro_cell("tme", cache_dir)
     assert sum(served) == len(cut.tables["scores"].sample_id.unique()) > 0  # every sample of the one pass (epoch 1)
     assert set(cut.tables["purity"].epoch) == {1}
 
-    monkeypatch.setattr(train_module.EvaluatedTargets, "__call__", lambda self, index: None)
+    monkeypatch.setattr(EvaluatedTargets, "__call__", lambda self, index: None)
     assert_same_cell(cut, train_micro_cell("tme", cache_dir))
 
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.report.load import load_results
 from cirbench.report.tables import purity_per_run
@@ -46,7 +47,7 @@ def _plugin(tmp_path: Path, name: str = "two_scores", extra: str = "position") -
 def _run(tmp_path: Path, cache_dir: Path, plugin: Path, method: str = "two_scores") -> tuple[Grid, list]:
     grid = Grid(GridSpec(methods=[method], noise_rates=[0.5], epochs=2, batch_size=128, dataset="shapes-mini",
                          output=tmp_path / "results", cache_dir=cache_dir, plugin_files=[plugin]))
-    outcomes = [grid.run_cell(cell, progress=lambda info: None, announce=lambda m: None) for cell in grid.cells]
+    outcomes = [run_cell(grid.resources, cell, progress=lambda info: None, announce=lambda m: None) for cell in grid.cells]
     return grid, outcomes
 
 

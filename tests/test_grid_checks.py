@@ -140,7 +140,7 @@ def test_the_hard_protocol_gets_the_towers_features_in_the_preflight(tmp_path: P
     grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.0, 0.5], seeds=[0, 1], dataset="shapes-mini",
                          noise_protocol="hard", output=tmp_path / "out", cache_dir=cache_dir))
     assert preflight(grid, announce=lambda m: None) is None
-    assert grid._tokens and nothing_under(tmp_path / "out")
+    assert grid.resources._tokens and nothing_under(tmp_path / "out")
 
 
 def test_a_backbone_written_from_the_page_alone_runs_sprc_and_tme(tmp_path: Path, cache_dir: Path) -> None:

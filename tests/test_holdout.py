@@ -11,6 +11,7 @@ import pytest
 
 from cirbench.data.holdout import HOLDOUT_COLUMN, hold_out
 from cirbench.data.noise import inject_noise
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridError, GridSpec
 from cirbench.method import Method
 from cirbench.report.load import load_results
@@ -83,7 +84,7 @@ def test_a_cell_with_a_holdout_never_trains_on_it_and_records_it(cache_dir: Path
     base = dict(methods=["sprc"], noise_rates=[0.5], dataset="shapes-mini", epochs=2, batch_size=64,
                 cache_dir=cache_dir)
     grid = Grid(GridSpec(**base, output=tmp_path / "r", holdout=0.2))
-    assert grid.run_cell(grid.cells[0], progress=lambda info: None).status == "completed"
+    assert run_cell(grid.resources, grid.cells[0], progress=lambda info: None).status == "completed"
     store = ResultsStore(tmp_path / "r")
     run = store.read("runs").iloc[0]
     manifest = pd.read_parquet(run.noise_manifest_path)

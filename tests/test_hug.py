@@ -11,9 +11,12 @@ import pytest
 import torch
 
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import build_config, parse_overrides
+from cirbench.config import build_config
+from cirbench.engine.ablation import expand_ablations
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.method import Batch, TrainingContext
+from cirbench.plugins import discover
 from cirbench_methods import hug as H
 
 
@@ -313,13 +316,12 @@ def test_every_table3_row_trains_a_step() -> None:
     assert len(names) >= 3  # the rows log different loss terms
 
 
-def test_table3_grid_args_build_each_rows_config() -> None:
-    methods, sets = H.table3_grid_args()
-    overrides = parse_overrides(sets)
-    labels = methods.split(",")
-    assert len(labels) == len(H.TABLE3_ROWS) and "hug" in labels
-    for label, row in zip(labels, H.TABLE3_ROWS):
-        config = build_config(H.HUGConfig, overrides.get(label, {}), label)
+def test_ablate_hug_builds_each_table3_rows_config() -> None:
+    """``--ablate hug``'s rows (:mod:`cirbench.engine.ablation`) give each Table 3 row its switches."""
+    ablation = expand_ablations(["hug"], discover().methods)
+    assert ablation.labels == ["hug"] + [f"hug:{row}" for row in H.TABLE3_ROWS if row != "full"]
+    for label, row in zip(ablation.labels, ["full"] + [r for r in H.TABLE3_ROWS if r != "full"]):
+        config = build_config(H.HUGConfig, ablation.overrides.get(label, {}), label)
         assert {k: getattr(config, k) for k in H.TABLE3_ROWS[row]} == H.TABLE3_ROWS[row]
 
 
@@ -329,7 +331,7 @@ def test_shapes_mini_run_reports_purity_rows_with_auroc(tmp_path: Path, cache_di
         output=tmp_path / "results", cache_dir=cache_dir,
     )
     grid = Grid(spec)
-    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda message: None)
+    outcome = run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda message: None)
     assert outcome.status == "completed", outcome.error
     purity = pd.read_parquet(tmp_path / "results" / "purity")
     assert set(purity["noise_type"]) == {"all", "reference", "caption", "target"}

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.report import build_report, load_results
 from cirbench.results.store import TABLES, ResultsStore
@@ -192,7 +193,7 @@ def test_a_checkpoint_is_recorded_and_checked(tmp_path: Path, cache_dir: Path) -
     grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.5], dataset="shapes-mini", epochs=1, batch_size=64,
                          output=tmp_path / "r", cache_dir=cache_dir, save=True))
     (cell,) = grid.cells
-    assert grid.run_cell(cell, lambda info: None, announce=lambda m: None).status == "completed"
+    assert run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None).status == "completed"
     row = pq.read_table(tmp_path / "r" / "runs" / f"{cell.key.run_id}.parquet").to_pylist()[0]
     assert json.loads(row["parts"])["checkpoint"]["file"] == f"checkpoints/{cell.key.run_id}.pt"
     checkpoint = tmp_path / "r" / "checkpoints" / f"{cell.key.run_id}.pt"
@@ -200,7 +201,7 @@ def test_a_checkpoint_is_recorded_and_checked(tmp_path: Path, cache_dir: Path) -
     (problem,) = check_cell(tmp_path / "r", cell.key.run_id)
     assert problem.file == checkpoint
     from cirbench.checkpoint import CheckpointError
-    from cirbench.predict import _check_record
+    from cirbench.engine.predict import _check_record
 
     with pytest.raises(CheckpointError, match="damaged record"):
         _check_record(checkpoint, {"run_id": cell.key.run_id})

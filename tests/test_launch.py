@@ -29,7 +29,7 @@ def data_dir(cache_dir: Path) -> Path:
                          output=directory / "unused"))
     from cirbench.backbones.registry import BACKBONES
 
-    grid.tokens(BACKBONES.get("tiny")(0, directory, None), announce=lambda m: None)
+    grid.resources.tokens(BACKBONES.get("tiny")(0, directory, None), announce=lambda m: None)
     return directory
 
 
@@ -38,7 +38,7 @@ def test_each_cell_is_a_job_and_a_rerun_submits_only_incomplete_cells(
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the local jobs share two cores
     spec = _spec(tmp_path, data_dir)
-    first = submit_grid(spec, "local", timeout_min=10)
+    first = submit_grid(Grid(spec), "local", timeout_min=10)
     assert [cell.key.method for cell, _ in first.jobs] == ["sprc", "oracle"] and not first.skipped
     outcomes = first.wait()
     assert [o["status"] for o in outcomes] == ["completed", "completed"], outcomes
@@ -46,12 +46,12 @@ def test_each_cell_is_a_job_and_a_rerun_submits_only_incomplete_cells(
     assert sorted(runs.method) == ["oracle", "sprc"] and (runs.status == "completed").all()
     assert any(first.folder.glob("*_log.out")), "the jobs' logs go to <output>/jobs"
 
-    again = submit_grid(spec, "local", timeout_min=10)
+    again = submit_grid(Grid(spec), "local", timeout_min=10)
     assert again.jobs == [] and len(again.skipped) == 2
 
     lost = next(c for c in Grid(absolute_spec(spec)).cells if c.key.method == "oracle")
     (tmp_path / "results" / "runs" / f"{lost.key.run_id}.parquet").unlink()
-    third = submit_grid(spec, "local", timeout_min=10)
+    third = submit_grid(Grid(spec), "local", timeout_min=10)
     assert [cell.key.run_id for cell, _ in third.jobs] == [lost.key.run_id] and len(third.skipped) == 1
     assert [o["status"] for o in third.wait()] == ["completed"]
     todo, done = pending_cells(Grid(absolute_spec(spec)))
@@ -61,9 +61,9 @@ def test_each_cell_is_a_job_and_a_rerun_submits_only_incomplete_cells(
 def test_a_bad_grid_or_launcher_submits_nothing(tmp_path: Path, data_dir: Path) -> None:
     spec = _spec(tmp_path, data_dir)
     with pytest.raises(ValueError, match="launcher 'pbs'"):
-        submit_grid(spec, "pbs")
+        submit_grid(Grid(spec), "pbs")
     with pytest.raises(GridError, match="noise rate"):
-        submit_grid(GridSpec(methods=["sprc"], noise_rates=[1.5], output=tmp_path / "r"), "local")
+        Grid(GridSpec(methods=["sprc"], noise_rates=[1.5], output=tmp_path / "r"))  # nothing to submit: no grid
     with pytest.raises(ValueError, match="scheduler options"):
-        submit_grid(spec, "local", options={"no_such_option": 1})
+        submit_grid(Grid(spec), "local", options={"no_such_option": 1})
     assert not list((tmp_path / "results" / "jobs").glob("**/*.pkl")), "no job was written"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cirbench.engine.cell import run_cell
 import cirbench.engine.cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.results.locks import STALE_AFTER_SECONDS, CellLock, live_holder, live_locks, lock_path
@@ -82,7 +83,7 @@ def test_a_cell_held_by_a_live_process_is_skipped_and_named(
     _hold(lock_path(grid.store.root, cell.key.run_id), sleeper.pid)
     trained = []
     monkeypatch.setattr(cell_module, "train_cell", lambda *a, **k: trained.append(1))
-    outcome = grid.run_cell(cell, lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None)
     assert outcome.status == "locked" and f"pid {sleeper.pid} on {socket.gethostname()}" in outcome.error
     assert trained == [] and grid.store.status(cell.key.run_id) is None
     assert lock_path(grid.store.root, cell.key.run_id).exists()  # still the other process's
@@ -93,10 +94,10 @@ def test_a_stale_lock_is_taken_over_and_the_cell_runs(tmp_path: Path, cache_dir:
     (cell,) = grid.cells
     path = lock_path(grid.store.root, cell.key.run_id)
     _hold(path, _dead_pid())  # a run killed with SIGKILL leaves its lock behind
-    outcome = grid.run_cell(cell, lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed" and grid.store.is_complete(cell.key.run_id)
     assert not path.exists()  # released after the cell
-    assert grid.run_cell(cell, lambda info: None, announce=lambda m: None).status == "skipped"
+    assert run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None).status == "skipped"
 
 
 COUNTED = '''
@@ -122,7 +123,7 @@ def test_two_identical_runs_on_one_folder_train_each_cell_once(tmp_path: Path, c
     from cirbench.backbones.registry import BACKBONES
 
     warm = Grid(_spec(tmp_path, cache_dir, output=tmp_path / "warm"))  # data and tower tokens cached once, read by both
-    warm.tokens(BACKBONES.get("tiny")(0, cache_dir, None), announce=lambda m: None)
+    warm.resources.tokens(BACKBONES.get("tiny")(0, cache_dir, None), announce=lambda m: None)
     plugin = tmp_path / "counted.py"
     plugin.write_text(textwrap.dedent(COUNTED))
     log = tmp_path / "trainings.txt"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cirbench.engine.purity import purity_rows
+from cirbench.engine.recorder import purity_rows
 from cirbench.engine.retrieval import recall_at, subset_scores, target_ranks
 
 

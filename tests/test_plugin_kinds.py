@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cirbench.engine.cell import run_cell
 import cirbench.plugins as plugins
 from cirbench.backbones.registry import BACKBONES
 from cirbench.data.noise import NOISE_PROTOCOLS
@@ -167,7 +168,7 @@ def test_a_plugin_noise_type_appears_in_every_per_type_table_and_figure(tmp_path
                     noise_protocol="word_drop", epochs=1, batch_size=64, output=tmp_path / "results", cache_dir=cache_dir,
                     plugin_files=[EXAMPLES])
     grid = Grid(spec)
-    outcomes = [grid.run_cell(cell, lambda info: None, announce=lambda m: None) for cell in grid.cells]
+    outcomes = [run_cell(grid.resources, cell, lambda info: None, announce=lambda m: None) for cell in grid.cells]
     assert [o.status for o in outcomes] == ["completed", "completed"], [o.error for o in outcomes]
     manifest = outcomes[0].result.tables["purity"]
     assert "paraphrase" in set(manifest.noise_type)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cirbench.engine.cell import run_cell, run_reference
 from cirbench.engine.evaluate import NO_SUBSET_RANK
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.report.load import load_results
@@ -24,9 +25,9 @@ def mini_results(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> P
     grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.5], epochs=1, batch_size=128, dataset="shapes-mini",
                          output=out, cache_dir=cache_dir))
     for cell in grid.reference_cells():
-        assert grid.run_reference(cell, announce=lambda m: None).status == "completed"
+        assert run_reference(grid.resources, cell, announce=lambda m: None).status == "completed"
     for cell in grid.cells:
-        assert grid.run_cell(cell, progress=lambda info: None, announce=lambda m: None).status == "completed"
+        assert run_cell(grid.resources, cell, progress=lambda info: None, announce=lambda m: None).status == "completed"
     return out
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cirbench.backbones.registry import BACKBONES
+from cirbench.engine.cell import run_cell, run_reference
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.reference import TextBlind, TextOnly, ZeroShot
 from cirbench.losses import per_sample_info_nce
@@ -80,10 +81,10 @@ def test_grid_records_reference_rows_once_and_the_report_draws_them(tmp_path: Pa
     cells = grid.reference_cells()
     assert sorted(c.key.method for c in cells) == ["text_blind", "text_only", "zero_shot"]
     assert all(math.isnan(c.key.noise_rate) for c in cells)
-    outcomes = [grid.run_reference(c, announce=lambda m: None) for c in cells]
+    outcomes = [run_reference(grid.resources, c, announce=lambda m: None) for c in cells]
     assert [o.status for o in outcomes] == ["completed"] * 3, [o.error for o in outcomes]
-    assert all(grid.run_reference(c, announce=lambda m: None).status == "skipped" for c in cells)
-    grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda m: None)
+    assert all(run_reference(grid.resources, c, announce=lambda m: None).status == "skipped" for c in cells)
+    run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda m: None)
 
     runs = pd.read_parquet(tmp_path / "results" / "runs")
     assert runs.set_index("method").is_reference.to_dict() == {"sprc": False, "text_blind": True, "text_only": True,

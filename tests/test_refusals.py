@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from cirbench import plugins
 from cirbench.cli import app
 from cirbench.config import ConfigError, build_config
+from cirbench.engine.cell import run_reference
 from cirbench.engine.grid import Grid, GridError, GridSpec
 from cirbench.method import MethodConfig
 from cirbench.registry import UnknownNameError
@@ -116,7 +117,7 @@ def test_a_failed_write_is_a_failed_cell_not_a_traceback(tmp_path: Path, cache_d
 
     monkeypatch.setattr(grid.store, "write_run", read_only)
     (reference, *_) = grid.reference_cells()
-    outcome = grid.run_reference(reference, announce=lambda m: None)
+    outcome = run_reference(grid.resources, reference, announce=lambda m: None)
     assert outcome.status == "failed" and "cannot write the results" in outcome.error and "Read-only" in outcome.error
     assert not (tmp_path / "r" / "locks" / f"{reference.key.run_id}.lock").exists()  # the lock is released
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.purity import purity_rows
+from cirbench.engine.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
 from cirbench.report.tables import (
     CIRR_AVG, FIQ_AVG, Cell, ablation_table, best_per_rate, flagged_shares, recall_table, to_html, to_markdown, wide_columns,

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.cli import app
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.results.store import ResultsStore
 from start_release import altered_start, use_release
@@ -51,7 +52,7 @@ def test_a_cell_run_without_the_preflight_fails_instead_of_pooling(cache_dir: Pa
     spec = GridSpec(methods=["sprc"], noise_rates=[0.5], dataset="shapes-mini", epochs=1, batch_size=64,
                     output=output, cache_dir=cache_dir)
     grid = Grid(spec)  # a scheduler job or worker process: it runs one cell, no preflight
-    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda message: None)
+    outcome = run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda message: None)
     assert outcome.status == "failed" and "another start" in outcome.error
     runs = ResultsStore(output).read("runs")
     failed = runs[runs.run_id == grid.cells[0].key.run_id]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cirbench.engine.cell import run_cell
 import cirbench.engine.cell as cell_module
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.results.atomic import atomic_write
@@ -34,19 +35,19 @@ def spec(tmp_path: Path, cache_dir: Path, **kw) -> GridSpec:
 
 
 def run_all(grid: Grid, progress=lambda info: None) -> list:
-    return [grid.run_cell(cell, progress, announce=lambda m: None) for cell in grid.cells]
+    return [run_cell(grid.resources, cell, progress, announce=lambda m: None) for cell in grid.cells]
 
 
 def test_resume_after_interrupt_and_overwrite(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     grid = Grid(spec(tmp_path, cache_dir))
     first, second = grid.cells
-    assert grid.run_cell(first, lambda info: None, announce=lambda m: None).status == "completed"
+    assert run_cell(grid.resources, first, lambda info: None, announce=lambda m: None).status == "completed"
 
     def interrupt(info: dict) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        grid.run_cell(second, interrupt, announce=lambda m: None)
+        run_cell(grid.resources, second, interrupt, announce=lambda m: None)
     store = ResultsStore(tmp_path / "results")
     assert store.status(first.key.run_id) == "completed"
     assert store.status(second.key.run_id) == "interrupted"

@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.cli_grid import calibrate_grid, sweep_grid, validated_grid
-from cirbench.cli_study import run_study, study_grid
+from cirbench.cli.grid import calibrate_grid, sweep_grid, validated_grid
+from cirbench.cli.options import console
+from cirbench.cli.study import run_study, study_grid
 from cirbench.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,8 @@ def test_a_bad_study_file_names_the_file_the_entry_and_the_problem(tmp_path: Pat
         load_study(path)
 
 
-def test_the_command_refuses_a_bad_study_before_any_work(tmp_path: Path) -> None:
+def test_the_command_refuses_a_bad_study_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 300)  # where an 80-column console wraps depends on the temporary path's length
     path = tmp_path / "bad.toml"
     path.write_text(f"[study]\noutput = '{tmp_path / 'results'}'\n[[grid]]\nkind = 'run'\nmethods = ['sprcc']\n")
     result = CliRunner().invoke(app, ["study", str(path)])
@@ -96,4 +98,4 @@ def test_the_command_refuses_a_bad_study_before_any_work(tmp_path: Path) -> None
     assert result.exit_code == 2 and "bad.toml: grid 1 (run) error: unknown method 'sprcc'. Did you mean 'sprc'" in output
     assert not (tmp_path / "results" / "runs").exists()
     missing = CliRunner().invoke(app, ["study", str(tmp_path / "none.toml")])
-    assert missing.exit_code == 2 and "none.toml: cannot be read" in "".join(missing.output.split("\n"))
+    assert missing.exit_code == 2 and "none.toml: cannot be read" in missing.output

@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-import cirbench.engine.grid as grid_module
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.config import ConfigError, build_config
 from cirbench.data.registry import ShapesLoader
+from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 from cirbench.registry import Registry
+
+from fixtures import use_datasets
 
 N_SAMPLES, BATCH = 24, 8
 WORDS = "add remove red blue green circle square triangle large small left right top bottom".split()
@@ -247,14 +249,14 @@ def test_short_run_records_partition_after_warmup_only(tmp_path, monkeypatch, ca
     on a loaded CPU): purity rows for every epoch after the one warm-up epoch, none before."""
     datasets = Registry("dataset")
     datasets.add("shapes-micro", ShapesLoader("tme test set", n_train_scenes=30, n_val_scenes=10))
-    monkeypatch.setattr(grid_module, "DATASETS", datasets)
+    use_datasets(monkeypatch, datasets)
     spec = GridSpec(
         methods=["tme"], noise_rates=[0.5], dataset="shapes-micro", epochs=3, batch_size=16,
         output=tmp_path / "results", cache_dir=cache_dir,
         overrides={"tme": {"warmup_qformer": "1", "warmup_proj": "0", "warmup_last": "0"}},
     )
     grid = Grid(spec)
-    outcome = grid.run_cell(grid.cells[0], progress=lambda info: None, announce=lambda m: None)
+    outcome = run_cell(grid.resources, grid.cells[0], progress=lambda info: None, announce=lambda m: None)
     assert outcome.status == "completed", outcome.error
 
     purity = grid.store.read("purity")

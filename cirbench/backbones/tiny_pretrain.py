@@ -301,7 +301,7 @@ def start_identity(weights: str | None) -> str:
     the default), known without pre-training or loading anything: the released start's key
     for ``cir``; for a start pre-trained on first use, its recipe's version (the result, which
     may differ in the last bits from machine to machine, is recorded in ``runs.start_key``
-    and guarded by :mod:`cirbench.engine.start`)."""
+    and guarded by :mod:`cirbench.engine.resources`)."""
     tag = weights or DEFAULT_TINY_WEIGHTS
     recipes = {"cir": tiny_release.START_KEY, "stage1": f"tiny-random+stage1-v{STAGE1_VERSION}",
                "random": "tiny-random", "pretrained": f"tiny-pretrained-v{TOWER_VERSION}"}

@@ -9,7 +9,7 @@ Evaluation (the official protocol): every validation query is ranked against all
 validation images with its reference excluded: Recall@1/5/10/50; Recall_subset@1/2/3
 ranks within the query's ``img_set.members`` (reference excluded); the headline is
 ``(R@5 + R_subset@1) / 2`` (metric ``mean(recall@5,recall_subset@1)`` of group ``all``).
-test1 has no targets: :mod:`cirbench.predict` writes the submission files for it.
+test1 has no targets: :mod:`cirbench.engine.predict` writes the submission files for it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from cirbench.engine.grid import GridError, base_method
+from cirbench.engine.spec import GridError, base_method
 from cirbench.method import Method
 from cirbench.registry import Registry
 
@@ -42,7 +42,7 @@ def expand_ablations(names: list[str], methods: Registry[type[Method]]) -> Ablat
     """The :class:`AblationGrid` of the methods ``names`` (registered names, not labels).
 
     Overrides equal to the ``Config`` default are left out (they change nothing). Raises
-    :class:`~cirbench.engine.grid.GridError` for an unknown name, a ``name:variant`` label,
+    :class:`~cirbench.engine.spec.GridError` for an unknown name, a ``name:variant`` label,
     or a method without ablations.
     """
     grid = AblationGrid()

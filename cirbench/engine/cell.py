@@ -4,8 +4,8 @@ split (settled here once and handed to training), training, the collapse and cha
 ``runs`` row and the write of every table; a reference row's evaluation likewise.
 
 The grid (:mod:`cirbench.engine.grid`) turns a spec into cells and says which are pending;
-what is shared by its cells (the spec, the store, the loaded dataset, the tower tokens) it
-lends to the functions here as a :class:`CellHost`.
+what its cells share (the spec, the store, the loaded dataset, the tower tokens) the
+functions here read from its :class:`~cirbench.engine.resources.CellResources`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -28,12 +28,12 @@ from cirbench.config import config_to_dict
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
-from cirbench.engine.cell_failure import confirm_cell, settle_failure
-from cirbench.engine.distributed import broadcast_object, is_main_process, world_size
+from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
-from cirbench.engine.start import check_start
+from cirbench.engine.resources import CellResources, check_start, pooled_features
+from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
-from cirbench.method import Method, MethodConfig, method_role
+from cirbench.method import method_role
 from cirbench.provenance import git_commit, package_versions
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.collapse import collapse_reason, final_recall
@@ -42,16 +42,6 @@ from cirbench.results.locks import CellLock
 from cirbench.results.store import CellKey, ResultsStore
 
 Announce = Callable[[str], None]
-
-
-@dataclass
-class Cell:
-    """One (method, noise rate, seed) of a grid, with its resolved configuration."""
-
-    key: CellKey
-    method_cls: type[Method]
-    config: MethodConfig
-    source: str
 
 
 @dataclass
@@ -76,23 +66,6 @@ class CellOutcome:
         return cls(cell, record["status"], record.get("final") or {}, record.get("error") or "")
 
 
-class CellHost(Protocol):
-    """What a cell borrows from its grid: the spec (a ``GridSpec``), its labels, the store,
-    the dataset loaded once, the tower tokens cached once, and the reference rows."""
-
-    spec: Any
-    store: ResultsStore
-    dropped_path: Path | None
-
-    def dataset(self) -> CIRDataset: ...
-
-    def tokens(self, backbone, announce: Announce) -> np.ndarray: ...
-
-    def reference_cells(self) -> list[Cell]: ...
-
-    def backbone_label(self) -> str: ...
-
-
 @dataclass
 class NoisySplit:
     """A cell's training data, settled once: the noisy split and the whole split's manifest
@@ -105,12 +78,7 @@ class NoisySplit:
     holdout: HoldoutSplit | None
 
 
-def pooled_features(tokens: np.ndarray) -> np.ndarray:
-    """One pooled frozen-tower feature per image (a noise protocol's ``context.image_features()``)."""
-    return np.asarray(tokens, dtype=np.float32).mean(axis=1)
-
-
-def noisy_split(spec: Any, key: CellKey, dataset: CIRDataset, tokens: np.ndarray) -> NoisySplit:
+def noisy_split(spec: GridSpec, key: CellKey, dataset: CIRDataset, tokens: np.ndarray) -> NoisySplit:
     """The noise injection of ``key`` (its protocol, rate and seed) and the held-out split."""
     noisy, manifest = inject_noise(
         dataset, spec.noise_protocol, key.noise_rate, key.seed, image_features=lambda: pooled_features(tokens),
@@ -123,13 +91,13 @@ def noisy_split(spec: Any, key: CellKey, dataset: CIRDataset, tokens: np.ndarray
 
 def failed(cell: Cell, row: dict, exc: Exception) -> CellOutcome:
     """A failed cell's outcome, its traceback recorded in ``row`` (agreed on by every rank
-    under torchrun: :func:`~cirbench.engine.cell_failure.settle_failure`)."""
+    under torchrun: :func:`~cirbench.engine.distributed.settle_failure`)."""
     summary, error = settle_failure(exc)
     row["error"] = error[-4000:]
     return CellOutcome(cell, "failed", error=summary)
 
 
-def base_row(spec: Any, cell: Cell, started: dt.datetime) -> dict:
+def base_row(spec: GridSpec, cell: Cell, started: dt.datetime) -> dict:
     """A ``runs`` row as a failed attempt: what is known before the cell runs."""
     return {
         "status": "failed", "error": "", "config": json.dumps(config_to_dict(cell.config), sort_keys=True),
@@ -147,42 +115,42 @@ def base_row(spec: Any, cell: Cell, started: dt.datetime) -> dict:
     }
 
 
-def start(host: CellHost, key: CellKey, row: dict, announce: Announce) -> tuple[CIRDataset, Any, np.ndarray]:
+def start(resources: CellResources, key: CellKey, row: dict, announce: Announce) -> tuple[CIRDataset, Any, np.ndarray]:
     """The dataset (recorded in ``row``), a fresh backbone for ``key``'s seed (its start
     checked against the folder and recorded) and the tower tokens."""
-    spec, dataset = host.spec, host.dataset()
+    spec, dataset = resources.spec, resources.dataset()
     row.update(dataset_key=dataset.key, eval_protocol=dataset.protocol.describe(),
-               n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(host.dropped_path or ""),
+               n_dropped=len(dataset.info.get("dropped", [])), dropped_path=str(resources.dropped_path or ""),
                n_warnings=int(dataset.info.get("n_warnings", 0)))
     backbone = BACKBONES.get(spec.backbone)(key.seed, spec.cache_dir, spec.weights)
-    row["start_key"] = check_start(host.store, host.backbone_label(), backbone, spec.cache_dir)
-    return dataset, backbone, host.tokens(backbone, announce)
+    row["start_key"] = check_start(resources.store, backbone_label(spec), backbone, spec.cache_dir)
+    return dataset, backbone, resources.tokens(backbone, announce)
 
 
-def reference_evaluation(host: CellHost, cell: Cell, dataset: CIRDataset, backbone,
+def reference_evaluation(resources: CellResources, cell: Cell, dataset: CIRDataset, backbone,
                          tokens) -> tuple[Evaluation, dict[str, pd.DataFrame]]:
     """A reference row's evaluation and its ``metrics`` and ``ranks`` tables, from ``backbone`` untrained."""
-    device = torch.device(host.spec.device)
+    device = torch.device(resources.spec.device)
     method = cell.method_cls(backbone, cell.config, None).to(device)
     evaluation = evaluate(method, dataset, dataset.val, tokens, backbone.tokenize(dataset.val.texts), device)
     metrics = metrics_frame(evaluation.results, 0, "val", dataset.protocol.describe())
     return evaluation, {"metrics": metrics, "ranks": evaluation.ranks.assign(epoch=0)}
 
 
-def text_only_recall(host: CellHost, key: CellKey, dataset: CIRDataset, backbone, tokens) -> float:
+def text_only_recall(resources: CellResources, key: CellKey, dataset: CIRDataset, backbone, tokens) -> float:
     """The ``text_only`` reference row's headline R@10 for ``key``'s seed, which the
     collapse guard compares with (:mod:`cirbench.results.collapse`): as the store holds it,
     else evaluated now with ``backbone``, the cell's starting backbone (a ``--launcher`` job
     runs no reference rows)."""
-    ref = next(c for c in host.reference_cells() if c.key.method == TEXT_ONLY_ROW and c.key.seed == key.seed)
-    if host.store.is_complete(ref.key.run_id):
-        metrics = pd.read_parquet(host.store.part("metrics", ref.key.run_id))
+    ref = next(c for c in reference_cells(resources.spec) if c.key.method == TEXT_ONLY_ROW and c.key.seed == key.seed)
+    if resources.store.is_complete(ref.key.run_id):
+        metrics = pd.read_parquet(resources.store.part("metrics", ref.key.run_id))
     else:
-        metrics = reference_evaluation(host, ref, dataset, backbone, tokens)[1]["metrics"]
+        metrics = reference_evaluation(resources, ref, dataset, backbone, tokens)[1]["metrics"]
     return final_recall(metrics)
 
 
-def save_checkpoint(spec: Any, cell: Cell, result: TrainResult, dataset: CIRDataset) -> Path:
+def save_checkpoint(spec: GridSpec, cell: Cell, result: TrainResult, dataset: CIRDataset) -> Path:
     """Save a trained cell's weights to ``<output>/checkpoints/<run_id>.pt`` (see :mod:`cirbench.checkpoint`)."""
     key = cell.key
     metadata = {
@@ -195,25 +163,26 @@ def save_checkpoint(spec: Any, cell: Cell, result: TrainResult, dataset: CIRData
     return write_checkpoint(result.method, spec.output / "checkpoints" / f"{key.run_id}.pt", metadata)
 
 
-def _train(host: CellHost, cell: Cell, progress: ProgressFn, announce: Announce) -> CellOutcome:
+def _train(resources: CellResources, cell: Cell, progress: ProgressFn, announce: Announce) -> CellOutcome:
     """Train one cell and write its results (under its lock)."""
-    spec, key = host.spec, cell.key
+    spec, key = resources.spec, cell.key
     started = dt.datetime.now(dt.timezone.utc)
     row = base_row(spec, cell, started)
     tables: dict[str, pd.DataFrame] = {}
     try:
-        dataset, backbone, tokens = start(host, key, row, announce)
+        dataset, backbone, tokens = start(resources, key, row, announce)
         split = noisy_split(spec, key, dataset, tokens)
         row.update(
             noise_manifest_hash=split.manifest.hash, noise_manifest_path=str(split.manifest.save(spec.output / "manifests")),
             n_train=len(split.train_manifest.table), n_noisy=int(split.train_manifest.is_noisy.sum()),
             holdout=float(spec.holdout), n_holdout=0 if split.holdout is None else len(split.holdout.holdout),
         )
-        text_only = text_only_recall(host, key, dataset, backbone, tokens)  # before training: the starting backbone
+        text_only = text_only_recall(resources, key, dataset, backbone, tokens)  # before training: the starting backbone
         result = train_cell(
             cell.method_cls, cell.config, backbone, dataset, split.train, split.train_manifest, tokens,
             spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
             precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing, holdout=split.holdout,
+            hooks=resources.hooks,
         )
         tables = result.tables
         row["n_nonfinite_queries"] = result.n_nonfinite_queries
@@ -230,31 +199,31 @@ def _train(host: CellHost, cell: Cell, progress: ProgressFn, announce: Announce)
         outcome = CellOutcome(cell, "completed", result.final, result=result)
     except KeyboardInterrupt:
         row.update(status="interrupted", error="interrupted by the user")
-        finish(host.store, key, row, started, {})
+        finish(resources.store, key, row, started, {})
         raise
     except Exception as exc:  # a failed cell is recorded and the grid goes on (on every rank: settle_failure)
         outcome = failed(cell, row, exc)
-    finish(host.store, key, row, started, tables)
+    finish(resources.store, key, row, started, tables)
     return outcome
 
 
-def _evaluate_reference(host: CellHost, cell: Cell, announce: Announce) -> CellOutcome:
+def _evaluate_reference(resources: CellResources, cell: Cell, announce: Announce) -> CellOutcome:
     """Evaluate one reference row and write its results (under its lock)."""
     key = cell.key
     started = dt.datetime.now(dt.timezone.utc)
-    row = base_row(host.spec, cell, started)
+    row = base_row(resources.spec, cell, started)
     row["is_reference"] = True
     tables: dict[str, pd.DataFrame] = {}
     try:
-        dataset, backbone, tokens = start(host, key, row, announce)
-        evaluation, tables = reference_evaluation(host, cell, dataset, backbone, tokens)
+        dataset, backbone, tokens = start(resources, key, row, announce)
+        evaluation, tables = reference_evaluation(resources, cell, dataset, backbone, tokens)
         row["n_nonfinite_queries"] = evaluation.n_nonfinite_queries
         confirm_cell()  # under torchrun: every rank finished it (see _train)
         row.update(status="completed", epochs=0)
         outcome = CellOutcome(cell, "completed", evaluation.results)
     except Exception as exc:  # recorded like a failed cell; the grid goes on
         outcome = failed(cell, row, exc)
-    finish(host.store, key, row, started, tables)
+    finish(resources.store, key, row, started, tables)
     return outcome
 
 
@@ -267,19 +236,19 @@ def finish(store: ResultsStore, key: CellKey, row: dict, started: dt.datetime, t
     store.write_run(key, row, tables)
 
 
-def one_writer(host: CellHost, cell: Cell, announce: Announce, work: Callable[[], CellOutcome]) -> CellOutcome:
+def one_writer(resources: CellResources, cell: Cell, announce: Announce, work: Callable[[], CellOutcome]) -> CellOutcome:
     """``work()`` while holding the cell's lock (:mod:`cirbench.results.locks`; under
     torchrun rank 0 holds it and every rank follows its decision), unless the cell is
     complete (``skipped``) or another live process holds it (``locked``). A completed
     cell whose record is damaged has its files moved aside first, and is redone. A
     failure to write the results is a failed cell, not a crash of the grid."""
-    key, store, lock, verdict = cell.key, host.store, None, ""
+    key, store, lock, verdict = cell.key, resources.store, None, ""
     if is_main_process():
         lock = CellLock(store.root, key.run_id)
         holder = lock.acquire()
         if holder is not None:
             lock, verdict = None, f"being run by {holder.describe()} (lock {holder.path})"
-        elif not host.spec.overwrite:
+        elif not resources.spec.overwrite:
             record = store.check(key.run_id)
             if record.problems:
                 moved = store.set_aside(key.run_id)
@@ -303,12 +272,12 @@ def one_writer(host: CellHost, cell: Cell, announce: Announce, work: Callable[[]
             lock.release()
 
 
-def run_cell(host: CellHost, cell: Cell, progress: ProgressFn, announce: Announce = print) -> CellOutcome:
+def run_cell(resources: CellResources, cell: Cell, progress: ProgressFn, announce: Announce = print) -> CellOutcome:
     """Run one trained cell (unless complete and not ``overwrite``, or held by another live
     process: :func:`one_writer`) and write its results."""
-    return one_writer(host, cell, announce, lambda: _train(host, cell, progress, announce))
+    return one_writer(resources, cell, announce, lambda: _train(resources, cell, progress, announce))
 
 
-def run_reference(host: CellHost, cell: Cell, announce: Announce = print) -> CellOutcome:
+def run_reference(resources: CellResources, cell: Cell, announce: Announce = print) -> CellOutcome:
     """Evaluate one reference row with the starting backbone (unless already recorded)."""
-    return one_writer(host, cell, announce, lambda: _evaluate_reference(host, cell, announce))
+    return one_writer(resources, cell, announce, lambda: _evaluate_reference(resources, cell, announce))

@@ -138,3 +138,55 @@ def metrics_frame(results: dict[str, dict[str, float]], epoch: int, split: str, 
         for metric, value in metrics.items()
     ]
     return pd.DataFrame(rows)
+
+
+class EvaluatedTargets:
+    """``TrainingContext.evaluated_targets`` of one cell: the gallery features (the method's
+    ``encode_targets``) that the held-out evaluation just encoded, looked up by training
+    sample. The training gallery holds every training sample's target, so the epoch-level
+    pass that follows the evaluation (TME's) may read its targets here instead of encoding
+    them again with the same weights; the features are dropped before the next step."""
+
+    def __init__(self, split: TripletSplit) -> None:
+        self.groups = np.asarray(split.groups, dtype=object)
+        self.target = np.asarray(split.target, dtype=np.int64)
+        self.kept: dict[str, tuple[np.ndarray, np.ndarray, torch.Tensor]] = {}
+
+    def keep(self, group: str, images: np.ndarray, features: torch.Tensor) -> None:
+        """Keep a gallery group's ``images`` (ids) and their ``features`` (one row each)."""
+        images = np.asarray(images, dtype=np.int64)
+        order = np.argsort(images, kind="stable")
+        self.kept[group] = (images[order], order, features)
+
+    def clear(self) -> None:
+        """Drop what was kept (the weights it was encoded with are about to change)."""
+        self.kept = {}
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor | None:
+        """The kept features of the target of each training sample at ``index``, or None
+        where one of them was not kept (no held-out evaluation since the last step)."""
+        rows = np.asarray(index.detach().cpu(), dtype=np.int64).reshape(-1)
+        found = []
+        for group in dict.fromkeys(self.groups[rows]):
+            if group not in self.kept:
+                return None
+            images, order, features = self.kept[group]
+            mine = np.flatnonzero(self.groups[rows] == group)
+            wanted = self.target[rows[mine]]
+            at = np.searchsorted(images, wanted).clip(max=len(images) - 1)
+            if not np.array_equal(images[at], wanted):
+                return None
+            found.append((mine, features[torch.from_numpy(order[at]).to(features.device)]))
+        first = found[0][1]
+        out = first.new_empty((len(rows), *first.shape[1:]))
+        for mine, values in found:
+            out[torch.from_numpy(mine).to(out.device)] = values
+        return out
+
+
+def keeps_exactly(device: torch.device) -> bool:
+    """Whether features kept from an evaluation equal, bit for bit, those a method's own pass
+    would encode on ``device``: they come from batches of another size and make-up, and only
+    the CPU's kernels are checked to give each row the same bits in any batch
+    (``tests/test_eval_cuts.py``); an accelerator's may pick another kernel for another size."""
+    return device.type == "cpu"

@@ -27,8 +27,9 @@ from cirbench.data.dataset_rules import dataset_rule_problems
 from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
 from cirbench.data.noise_rules import NoiseProtocolError
 from cirbench.data.registry import DATASETS
-from cirbench.engine.cell import pooled_features
-from cirbench.engine.grid import Grid, base_method
+from cirbench.engine.grid import Grid
+from cirbench.engine.resources import pooled_features
+from cirbench.engine.spec import base_method
 from cirbench.registry import Registry
 
 
@@ -46,7 +47,7 @@ def checked_dataset(grid: Grid) -> CIRDataset:
     :class:`~cirbench.data.check.DatasetProblemsError`, passes through)."""
     name = grid.spec.dataset
     try:
-        dataset = grid.dataset()
+        dataset = grid.resources.dataset()
     except DatasetProblemsError:
         raise
     except (ValueError, TypeError, IndexError) as exc:
@@ -95,4 +96,4 @@ def check_grid(grid: Grid, announce: Callable[[str], None]) -> None:
     backbone = cache(lambda: BACKBONES.get(spec.backbone)(spec.seeds[0], spec.cache_dir, spec.weights))
     dataset = checked_dataset(grid)
     check_needs(grid, backbone)
-    check_manifests(grid, dataset, lambda: pooled_features(grid.tokens(backbone(), announce)))
+    check_manifests(grid, dataset, lambda: pooled_features(grid.resources.tokens(backbone(), announce)))

@@ -1,9 +1,9 @@
 """A grid larger than one machine: one scheduler job per cell, through ``submitit``.
 
 Each (method, noise rate, seed) cell of a grid becomes an independent job (a Slurm array
-task, or a local process with the ``local`` launcher) that rebuilds the grid from the same
-:class:`~cirbench.engine.grid.GridSpec` and runs only its own cell with
-:meth:`~cirbench.engine.grid.Grid.run_cell`, which writes the cell's parts to the results
+task, or a local process with the ``local`` launcher) that builds the grid from the same
+:class:`~cirbench.engine.spec.GridSpec` and runs only its own cell with
+:func:`~cirbench.engine.worker.run_cell_by_id`, which writes the cell's parts to the results
 store atomically. The store is the only coordination: jobs share nothing else, a
 submission leaves out every cell the store already holds as completed, and so the same
 command, run again after failures, timeouts or preemption, submits only what is missing.
@@ -27,7 +27,10 @@ from typing import Any, Callable
 
 from cirbench.config import ConfigError, parse_key_values
 from cirbench.engine.distributed import init_distributed, is_main_process
-from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec, run_cell_by_id
+from cirbench.engine.cell import CellOutcome
+from cirbench.engine.grid import Grid
+from cirbench.engine.spec import Cell, GridSpec, absolute_spec
+from cirbench.engine.worker import run_cell_by_id
 
 LAUNCHERS = ("local", "slurm")
 
@@ -51,7 +54,7 @@ class Submission:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
 
     def wait(self) -> list[dict[str, Any]]:
-        """Block until every job ends; one :meth:`~cirbench.engine.grid.CellOutcome.record`
+        """Block until every job ends; one :meth:`~cirbench.engine.cell.CellOutcome.record`
         per job (``status`` is ``failed`` with the error when a job died before writing its cell)."""
         self.outcomes = []
         for cell, job in self.jobs:
@@ -60,15 +63,6 @@ class Submission:
             except Exception as exc:  # noqa: BLE001 - a crashed job is reported, not raised
                 self.outcomes.append(CellOutcome(cell, "failed", error=f"{type(exc).__name__}: {exc}").record())
         return self.outcomes
-
-
-def absolute_spec(spec: GridSpec) -> GridSpec:
-    """``spec`` with every path absolute, so that a job started elsewhere finds the files."""
-    resolve = lambda p: None if p is None else Path(p).expanduser().resolve()  # noqa: E731
-    return dataclasses.replace(
-        spec, output=resolve(spec.output), cache_dir=resolve(spec.cache_dir), data_root=resolve(spec.data_root),
-        plugin_files=[resolve(p) for p in spec.plugin_files],
-    )
 
 
 def pending_cells(grid: Grid) -> tuple[list[Cell], list[Cell]]:
@@ -92,7 +86,7 @@ def run_cell_job(spec: GridSpec, run_id: str) -> dict[str, Any]:
 
 
 def submit_grid(
-    spec: GridSpec,
+    grid: Grid,
     launcher: str,
     folder: Path | None = None,
     gpus_per_cell: int = 0,
@@ -100,8 +94,9 @@ def submit_grid(
     options: dict[str, Any] | None = None,
     job: Callable[[GridSpec, str], dict[str, Any]] = run_cell_job,
 ) -> Submission:
-    """Submit one job per incomplete cell of ``spec``'s grid (validated first, so a bad
-    grid submits nothing). ``launcher`` is ``slurm`` or ``local``; ``folder`` holds the
+    """Submit one job per incomplete cell of ``grid`` (validated already, so a bad grid
+    submits nothing; rebuilt, with its plugins, only when its spec's paths are relative).
+    ``launcher`` is ``slurm`` or ``local``; ``folder`` holds the
     jobs' logs (default ``<output>/jobs``); ``options`` are extra submitit parameters,
     e.g. ``{"slurm_partition": "gpu", "mem_gb": 64}``."""
     if launcher not in LAUNCHERS:
@@ -109,8 +104,9 @@ def submit_grid(
     if gpus_per_cell < 0:
         raise ValueError(f"gpus per cell must be >= 0, not {gpus_per_cell}")
     submitit = _require_submitit()
-    spec = absolute_spec(spec)
-    grid = Grid(spec)
+    spec = absolute_spec(grid.spec)
+    if spec != grid.spec:  # the jobs' run ids are those of the absolute paths
+        grid = Grid(spec, grid.discovery)
     todo, done = pending_cells(grid)
     folder = Path(folder or spec.output / "jobs").resolve()
     if not todo:
@@ -142,3 +138,20 @@ def parse_scheduler_options(entries: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key] = value
     return options
+
+
+def submit(grid: Grid, launcher: str, gpus_per_cell: int, scheduler_options: list[str]) -> Submission:
+    """One scheduler job per pending cell of ``grid`` (``launcher`` ``local`` or ``slurm``;
+    ``scheduler_options`` as ``key=value`` entries); nothing runs here."""
+    return submit_grid(grid, launcher, gpus_per_cell=gpus_per_cell, options=parse_scheduler_options(scheduler_options))
+
+
+def wait(submission: Submission) -> list[CellOutcome]:
+    """Block until every job of ``submission`` ends: one outcome per job."""
+    cells = {cell.key.run_id: cell for cell, _ in submission.jobs}
+    return [CellOutcome.from_record(cells[record["run_id"]], record) for record in submission.wait()]
+
+
+def launch_failed(outcomes: list[CellOutcome]) -> bool:
+    """Whether a job's cell failed (a cell skipped or held elsewhere is not a failure)."""
+    return any(o.status not in ("completed", "skipped", "locked") for o in outcomes)

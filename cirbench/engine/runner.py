@@ -1,13 +1,12 @@
-"""One runner for every way a grid runs: grid -> :class:`~cirbench.engine.grid.CellOutcome` s.
+"""One runner for every way a grid runs: grid -> :class:`~cirbench.engine.cell.CellOutcome` s.
 
 :func:`run_grid` runs the grid's reference rows first (they build the caches every cell
 reads), then its cells: here, one after another (also under ``torchrun``, where every rank
 runs each cell together), or ``jobs`` at a time in worker processes
-(:mod:`cirbench.engine.parallel`) for the cells :meth:`~cirbench.engine.grid.Grid.pending`
-names. :func:`submit` and :func:`wait` run them as scheduler jobs instead
-(:mod:`cirbench.engine.launch`). Every path returns the same outcomes and reports what
-happens through one callback taking an :class:`Event`, which the CLI turns into its
-progress display.
+(:mod:`cirbench.engine.worker`) for the cells :meth:`~cirbench.engine.grid.Grid.pending`
+names. :func:`cirbench.engine.launch.submit` runs them as scheduler jobs instead. Every
+path returns the same outcomes and reports what happens through one callback taking an
+:class:`Event`, which the CLI turns into its progress display.
 """
 
 from __future__ import annotations
@@ -18,11 +17,12 @@ from typing import Any, Callable
 
 from cirbench.data.registry import DATASETS
 from cirbench.engine.distributed import world_size
-from cirbench.engine.grid import Cell, CellOutcome, Grid, GridSpec, backbone_label
+from cirbench.engine.cell import CellOutcome, run_cell, run_reference
+from cirbench.engine.grid import Grid
 from cirbench.engine.grid_checks import check_grid
-from cirbench.engine.launch import Submission, parse_scheduler_options, submit_grid
-from cirbench.engine.parallel import default_jobs, run_in_processes
-from cirbench.engine.start import refuse_another_start
+from cirbench.engine.resources import refuse_another_start
+from cirbench.engine.spec import Cell, backbone_label
+from cirbench.engine.worker import default_jobs, run_in_processes
 from cirbench.results.locks import live_holder
 
 
@@ -57,7 +57,7 @@ def _quiet(event: Event) -> None:
 
 
 def resolve_jobs(jobs: int, device: str) -> int:
-    """Cells at once: ``jobs``, or with 0 :func:`~cirbench.engine.parallel.default_jobs`;
+    """Cells at once: ``jobs``, or with 0 :func:`~cirbench.engine.worker.default_jobs`;
     one under ``torchrun`` (all ranks train each cell together)."""
     if jobs < 0:
         raise ValueError("--jobs must be 0 (automatic) or more")
@@ -87,7 +87,7 @@ class Preflight:
 
 def preflight(grid: Grid, announce: Callable[[str], None] = print) -> Preflight | None:
     """Before any cell runs: refuse a results folder holding runs from another start of the
-    backbone (:class:`~cirbench.engine.start.StartMismatchError`), then load the dataset and
+    backbone (:class:`~cirbench.engine.resources.StartMismatchError`), then load the dataset and
     apply the static checks of :mod:`cirbench.engine.grid_checks` (the dataset's rules, the
     methods' needs of the backbone, every manifest of the grid), so that a failure stops
     the run here (PluginCheckError, DatasetProblemsError, ValueError or OSError). What a
@@ -97,8 +97,9 @@ def preflight(grid: Grid, announce: Callable[[str], None] = print) -> Preflight 
     check_grid(grid, announce)
     if not DATASETS.get(grid.spec.dataset).files:
         return None
-    dataset = grid.dataset()
-    return Preflight(int(dataset.info.get("n_warnings") or 0), list(dataset.info.get("dropped") or []), grid.dropped_path)
+    dataset = grid.resources.dataset()
+    return Preflight(int(dataset.info.get("n_warnings") or 0), list(dataset.info.get("dropped") or []),
+                     grid.resources.dropped_path)
 
 
 def run_references(grid: Grid, references: list[Cell], report: Report = _quiet) -> list[CellOutcome]:
@@ -107,7 +108,7 @@ def run_references(grid: Grid, references: list[Cell], report: Report = _quiet) 
     report(Event("references", info={"cells": references}))
     outcomes = []
     for cell in references:
-        outcome = grid.run_reference(cell, announce=lambda m: report(Event("announce", message=m)))
+        outcome = run_reference(grid.resources, cell, announce=lambda m: report(Event("announce", message=m)))
         report(Event("reference", cell, outcome))
         outcomes.append(outcome)
     return outcomes
@@ -118,7 +119,7 @@ def run_here(grid: Grid, cells: list[Cell], report: Report = _quiet) -> list[Cel
     outcomes = []
     for cell in cells:
         report(Event("start", cell))
-        outcome = grid.run_cell(cell, lambda info, cell=cell: report(Event("step", cell, info=info)),
+        outcome = run_cell(grid.resources, cell, lambda info, cell=cell: report(Event("step", cell, info=info)),
                                 announce=lambda m: report(Event("announce", message=m)))
         report(Event("done", cell, outcome))
         outcomes.append(outcome)
@@ -150,23 +151,6 @@ def run_grid(grid: Grid, jobs: int = 1, report: Report = _quiet) -> list[CellOut
     outcomes = run_references(grid, references, report)
     pending = grid.pending() if jobs > 1 and grid.cells else []
     if min(jobs, len(pending)) > 1:
-        grid.prepare_caches(announce=lambda m: report(Event("announce", message=m)))
+        grid.resources.prepare_caches(announce=lambda m: report(Event("announce", message=m)))
         return outcomes + run_pool(grid, grid.cells, pending, jobs, report)
     return outcomes + run_here(grid, grid.cells, report)
-
-
-def submit(spec: GridSpec, launcher: str, gpus_per_cell: int, scheduler_options: list[str]) -> Submission:
-    """One scheduler job per pending cell of ``spec``'s grid (``launcher`` ``local`` or
-    ``slurm``; ``scheduler_options`` as ``key=value`` entries); nothing runs here."""
-    return submit_grid(spec, launcher, gpus_per_cell=gpus_per_cell, options=parse_scheduler_options(scheduler_options))
-
-
-def wait(submission: Submission) -> list[CellOutcome]:
-    """Block until every job of ``submission`` ends: one outcome per job."""
-    cells = {cell.key.run_id: cell for cell, _ in submission.jobs}
-    return [CellOutcome.from_record(cells[record["run_id"]], record) for record in submission.wait()]
-
-
-def launch_failed(outcomes: list[CellOutcome]) -> bool:
-    """Whether a job's cell failed (a cell skipped or held elsewhere is not a failure)."""
-    return any(o.status not in ("completed", "skipped", "locked") for o in outcomes)

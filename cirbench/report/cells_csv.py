@@ -2,7 +2,7 @@
 setting (``<report>/<setting>/final_metrics.csv``), committed with the report, and beside it
 the same cells' metrics at the epoch the claims read (``selected_metrics.csv``).
 
-It is what another machine compares its own cells with (``benchmarks/reproduce_report.py
+It is what another machine compares its own cells with (``cirbench reproduce
 --reference reports``) without the results folder, which is generated and never committed:
 one row per cell (method, noise rate, seed), the run's id, start and schedule, and the
 final epoch's validation metrics of group ``all`` as columns.

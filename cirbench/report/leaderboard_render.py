@@ -12,7 +12,7 @@ import pandas as pd
 
 from cirbench.report.leaderboard import BEST, BETTER, TIED, UNSEPARATED, WORSE, LeaderCell, Leaderboard, LeaderRow
 from cirbench.report.load import COLLAPSE_MARK
-from cirbench.report.tables import _format, rate_label
+from cirbench.report.tables import format_mean, rate_label
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
 MARKS: dict[str, str] = {BETTER: "▲", WORSE: "▼", UNSEPARATED: "○"}
@@ -42,12 +42,12 @@ def legend(board: Leaderboard) -> str:
 
 def metric_text(cell: LeaderCell) -> str:
     """The claims' metric of a cell, e.g. ``41.74 ± 1.00``."""
-    return _format(cell.metric.mean, cell.metric.std, cell.metric.n)
+    return format_mean(cell.metric.mean, cell.metric.std, cell.metric.n)
 
 
 def recall_text(cell: LeaderCell) -> str:
     """The R@10 of a cell, with :data:`BELOW_START_MARK` when below ``zero_shot``'s."""
-    return _format(cell.recall.mean, cell.recall.std, cell.recall.n) + (BELOW_START_MARK if cell.below_start else "")
+    return format_mean(cell.recall.mean, cell.recall.std, cell.recall.n) + (BELOW_START_MARK if cell.below_start else "")
 
 
 def cell_mark(cell: LeaderCell, marks: dict[str, str] = MARKS, collapse: str = COLLAPSE_MARK) -> str:

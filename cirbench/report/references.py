@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.load import Setting
-from cirbench.report.tables import Cell, TableModel, _format, run_columns, seed_stats, summarize, wide_columns
+from cirbench.report.tables import Cell, TableModel, format_mean, run_columns, seed_stats, summarize, wide_columns
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 from cirbench.results.roles import BASELINE
 
@@ -73,7 +73,7 @@ def reference_table(setting: Setting) -> TableModel | None:
     columns = list(stats["mean"].columns)
     rows = []
     for i, name in enumerate(stats.index):
-        cells = [Cell(_format(float(stats.loc[name, ("mean", c)]), float(stats.loc[name, ("std", c)]),
+        cells = [Cell(format_mean(float(stats.loc[name, ("mean", c)]), float(stats.loc[name, ("std", c)]),
                               int(stats.loc[name, ("n", c)]) if pd.notna(stats.loc[name, ("n", c)]) else 0))
                  for c in columns]
         rows.append(("ref" if i == 0 else "", name, cells))

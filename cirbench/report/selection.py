@@ -12,7 +12,7 @@ import pandas as pd
 
 from cirbench.report.load import Setting
 from cirbench.report.tables import (
-    Cell, TableModel, _format, collapse_note, rate_label, seed_stats, validation_metrics,
+    Cell, TableModel, collapse_note, format_mean, rate_label, seed_stats, validation_metrics,
 )
 from cirbench.results.selection import RULES
 
@@ -38,7 +38,7 @@ def selection_table(setting: Setting) -> TableModel | None:
             cells = []
             for rule in RULES:
                 mean, std, n = (float(block.loc[method, (k, rule)]) for k in ("mean", "std", "n"))
-                cells.append(Cell(_format(mean, std, int(n))))
+                cells.append(Cell(format_mean(mean, std, int(n))))
             for column in ("peek_vs_holdout", "peek_vs_final"):
                 mean = float(block.loc[method, ("mean", column)])
                 cells.append(Cell(f"{mean:+.2f}" if math.isfinite(mean) else "-"))

@@ -88,7 +88,8 @@ def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
     return {m: top.index(v) + 1 for m, v in shown.items() if v in top}
 
 
-def _format(mean: float, std: float, n: int) -> str:
+def format_mean(mean: float, std: float, n: int) -> str:
+    """A table cell's ``mean ± std`` over ``n`` seeds (the mean alone without a spread; ``-`` without a mean)."""
     if not math.isfinite(mean):
         return "-"
     return f"{mean:.2f} ± {std:.2f}" if n >= 2 and math.isfinite(std) else f"{mean:.2f}"
@@ -137,7 +138,7 @@ def _ranked_table(
             cells = []
             for c in columns:
                 mean, std, n = block.loc[method, [("mean", c), ("std", c), ("n", c)]]
-                cells.append(Cell(_format(float(mean), float(std), int(n)), ranks[c].get(method, 0)))
+                cells.append(Cell(format_mean(float(mean), float(std), int(n)), ranks[c].get(method, 0)))
             mark = setting.below_chance_mark(method, rate) if kept_sets else ""
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate) + mark, cells))
     note += collapse_note(setting, shown) + (below_chance_note(setting, shown) if kept_sets else "")
@@ -178,7 +179,7 @@ def ablation_table(setting: Setting) -> TableModel | None:
                 mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
                                 int(block.loc[method, ("n", column)]))
                 diff = mean - full
-                cells = [Cell(_format(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
+                cells = [Cell(format_mean(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
                 rows.append((rate_label(rate) if i == 0 else "", f"{method}{setting.collapse_mark(method, rate)}", cells))
                 cells_shown.append((method, rate))
     note = (f"{column} (%), mean ± std over seeds; the difference is to the full method at the same rate. "

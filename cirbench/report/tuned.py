@@ -14,7 +14,7 @@ import pandas as pd
 
 from cirbench.report.load import Setting
 from cirbench.results.labels import TRIAL_LABEL
-from cirbench.report.tables import Cell, TableModel, _format, rate_label
+from cirbench.report.tables import Cell, TableModel, format_mean, rate_label
 from cirbench.results.selection import headline_by_epoch
 
 
@@ -86,8 +86,8 @@ def tuned_table(setting: Setting) -> TableModel | None:
             n = len(group)
             gain = float((group.tuned - group.default).mean())
             picks = "; ".join(f"s{int(r.seed)}: trial {r.trial} ({r.changed})" for r in group.itertuples(index=False))
-            cells = [Cell(_format(float(group.default.mean()), float(group.default.std(ddof=1)), n)),
-                     Cell(_format(float(group.tuned.mean()), float(group.tuned.std(ddof=1)), n)),
+            cells = [Cell(format_mean(float(group.default.mean()), float(group.default.std(ddof=1)), n)),
+                     Cell(format_mean(float(group.tuned.mean()), float(group.tuned.std(ddof=1)), n)),
                      Cell(f"{gain:+.2f}" if math.isfinite(gain) else "-"), Cell(picks)]
             rows.append((rate_label(float(rate)) if i == 0 else "", method, cells))
     trials = selected.groupby("method").size()

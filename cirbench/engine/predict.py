@@ -23,7 +23,7 @@ from cirbench.checkpoint import CheckpointError, load_method, read_checkpoint
 from cirbench.data.base import CIRDataset
 from cirbench.data.registry import DATASETS
 from cirbench.engine.features import image_tokens
-from cirbench.engine.grid import base_method
+from cirbench.engine.spec import base_method
 from cirbench.method import Method
 from cirbench.plugins import discover
 from cirbench.results.atomic import atomic_write_text

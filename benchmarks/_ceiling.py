@@ -1,20 +1,18 @@
-"""The ceiling of a cell's parts at this model's shapes: how fast a training step and each
-split's evaluation could run if only their counted operations took time.
+"""The ceiling of a cell's parts at this model's shapes, for ``cell_flops.py --ceiling``: how
+fast a training step and each split's evaluation could run if only their counted
+operations took time.
 
-    python benchmarks/shape_ceiling.py                      # every method at 50% noise
-    python benchmarks/shape_ceiling.py --methods sprc,hug --json ceiling.json
-
-``benchmarks/cell_flops.py`` says how far a part is from the core's float32 matrix rate
-(a 1024 x 1024 ``torch.mm``); this script says how much of that distance the model's own
-shapes impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s
-registry: matrix products, attention, forward and backward) is recorded, with its shapes,
-strides and arguments, in one training step per method (``optimizer_step``, the third of
-the cell's first epoch) and in one evaluation of each split (an extra call after the
-cell's own); each distinct call is then replayed alone on random tensors of the same
+``cell_flops.py`` says how far a part is from the core's float32 matrix rate (a 1024 x 1024
+``torch.mm``); its ``--ceiling`` says how much of that distance the model's own shapes
+impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s registry:
+matrix products, attention, forward and backward) is recorded, with its shapes, strides and
+arguments, on the training loop's events (:mod:`cirbench.engine.hooks`), in one training
+step per method (the third of the cell's first epoch) and in each split's evaluation of the
+second epoch; each distinct call is then replayed alone on random tensors of the same
 layout, timed (the best of ``--repeats``) and counted. The table, one block per method:
 
 - ``GFLOP``, ``seconds``, ``% of mm``: the part as the cell runs it (a step: the median of
-  the cell's other steps; an evaluation: the cell's own call);
+  the cell's other steps; an evaluation: the first epoch's, not recorded);
 - ``ops s``: the part's counted operations replayed alone, summed over its calls;
 - ``ceiling``: the part's FLOPs over ``ops s``, as a share of the matrix rate: what the
   part would reach if everything between its counted operations (element-wise work,
@@ -22,37 +20,40 @@ layout, timed (the best of ``--repeats``) and counted. The table, one block per 
 - ``outside``: the share of the part's time spent outside its counted operations;
 
 then the step's counted operations by operator (calls, GFLOP, replayed seconds, % of mm).
-The cells are shrunk (one epoch, six steps): shapes, not the schedule, set these figures.
-One process, one thread unless ``--threads``; run it by hand on an otherwise idle machine
-and quote ratios from one run.
+The recorded cells are shrunk (two epochs of six steps): shapes, not the schedule, set
+these figures.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import tempfile
 import time
 from collections import defaultdict
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-import cirbench.engine.train as train_module
-from _profiling import HELD_OUT, VALIDATION, default_spec, evaluated_split, patched, reference_rows_seconds
-from cell_flops import METHODS, first_batches, matmul_rate, random_states_kept
-from cirbench.engine.grid import Cell, Grid, GridSpec, run_cell_by_id
+from _profiling import HELD_OUT, VALIDATION, default_spec
+from cirbench.engine.evaluate import Evaluation
+from cirbench.engine.grid import Grid
+from cirbench.engine.hooks import TrainingHooks
+from cirbench.engine.spec import Cell, GridSpec
+from cirbench.engine.worker import grid_for, run_cell_by_id
+from cirbench.method import StepOutput
 
 STEP = "step"
 RECORDED_STEP = 2
 """The step recorded (0-based, within the cell's first epoch): after two that warm the kernels up."""
 STEPS = 6
+"""Steps per epoch of the shrunk cells."""
+EPOCHS = 2
+"""The first epoch's evaluations are timed, the second's recorded."""
 
 
 @dataclass(frozen=True)
@@ -161,90 +162,73 @@ def ceiling(calls: dict[tuple, int], seconds: float, repeats: int) -> PartCeilin
 
 
 @dataclass
-class Recording:
-    """What one shrunk cell's wrapped functions recorded: the counted calls and wall times of each part."""
+class Recording(TrainingHooks):
+    """What one shrunk cell's training loop recorded on its events: the counted calls and
+    wall times of each part; each epoch cut to :data:`STEPS` steps."""
 
     calls: dict[str, dict[tuple, int]] = field(default_factory=dict)
     seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     steps_seen: int = 0
+    _mode: CountedOps | None = None
+    _start: float = 0.0
 
-    def step(self, fn: Callable) -> Callable:
-        """``optimizer_step``: recorded on the cell's :data:`RECORDED_STEP`, timed on the others."""
+    def epoch_batches(self, epoch: int, batches: list[np.ndarray]) -> list[np.ndarray]:
+        return batches[:STEPS]
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            index, self.steps_seen = self.steps_seen, self.steps_seen + 1
-            if index == RECORDED_STEP:
-                mode = CountedOps()
-                with mode:
-                    result = fn(*args, **kwargs)
-                self.calls[STEP] = mode.calls
-                return result
-            start = time.perf_counter()
-            result = fn(*args, **kwargs)
-            if index > 0:
-                self.seconds[STEP].append(time.perf_counter() - start)
-            return result
+    def _begin(self, record: bool) -> None:
+        self._mode = CountedOps() if record else None
+        if self._mode is not None:
+            self._mode.__enter__()
+        self._start = time.perf_counter()
 
-        return wrapper
+    def _end(self, part: str, timed: bool) -> None:
+        seconds = time.perf_counter() - self._start
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self.calls[part], self._mode = self._mode.calls, None
+        elif timed:
+            self.seconds[part].append(seconds)
 
-    def evaluate(self, fn: Callable) -> Callable:
-        """The training loop's ``evaluate``: timed, then recorded by an extra call."""
+    def step_start(self, epoch: int, step: int) -> None:
+        self._begin(self.steps_seen == RECORDED_STEP)
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            split = evaluated_split(kwargs)
-            start = time.perf_counter()
-            result = fn(*args, **kwargs)
-            self.seconds[split].append(time.perf_counter() - start)
-            mode = CountedOps()
-            with random_states_kept(), mode:
-                fn(*args, **kwargs)
-            self.calls[split] = mode.calls
-            return result
+    def step_end(self, epoch: int, step: int, out: StepOutput) -> None:
+        self._end(STEP, timed=self.steps_seen > 0)  # the first step warms the kernels up
+        self.steps_seen += 1
 
-        return wrapper
+    def evaluation_start(self, epoch: int, split: str) -> None:
+        self._begin(epoch == EPOCHS - 1)
+
+    def evaluation_end(self, epoch: int, split: str, evaluation: Evaluation) -> None:
+        self._end(split, timed=True)
 
 
 def record_cell(spec: GridSpec, cell: Cell) -> Recording:
-    """Run ``cell`` shrunk to one epoch of :data:`STEPS` steps, as a worker process runs it, recording its parts."""
-    recording = Recording()
-    with ExitStack() as stack:
-        stack.enter_context(patched(train_module, "optimizer_step", recording.step(train_module.optimizer_step)))
-        stack.enter_context(patched(train_module, "evaluate", recording.evaluate(train_module.evaluate)))
-        stack.enter_context(patched(train_module, "epoch_batches",
-                                    first_batches(train_module.epoch_batches, STEPS, cell.key.seed)))
-        outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
+    """Run ``cell`` shrunk to :data:`EPOCHS` epochs of :data:`STEPS` steps, as a worker process runs it, recording its parts."""
+    grid_for(spec).resources.hooks = recording = Recording()
+    outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)
     if outcome["status"] != "completed":
         raise RuntimeError(f"{cell.key.run_id}: {outcome['status']} {outcome['error']}")
     return recording
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--cache-dir", type=Path, default=Path("datasets"))
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5, help="replays of each distinct call (the best is kept)")
-    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def cell_ceilings(methods: list[str], noise: float, dataset: str, cache_dir: Path, output: Path,
+                  repeats: int) -> dict[str, dict[str, PartCeiling]]:
+    """Each method's :class:`PartCeiling` per part (the step, each split's evaluation), from
+    its cell shrunk to :data:`EPOCHS` epochs of :data:`STEPS` steps, run into ``output``."""
+    spec = default_spec(methods, [noise], EPOCHS, cache_dir, output, dataset)
+    parts = {}
+    for cell in Grid(spec).cells:
+        recording = record_cell(spec, cell)
+        parts[cell.key.method] = {
+            name: ceiling(recording.calls[name], statistics.median(recording.seconds[name]), repeats)
+            for name in (STEP, VALIDATION, HELD_OUT) if name in recording.calls
+        }
+    return parts
 
-    rate_before = matmul_rate()
-    parts: dict[str, dict[str, PartCeiling]] = {}
-    with tempfile.TemporaryDirectory(prefix="cirbench-ceiling-") as output:
-        spec = default_spec(args.methods.split(","), [args.noise], 1, args.cache_dir, Path(output) / "results")
-        grid = Grid(spec)
-        reference_rows_seconds(grid)
-        for cell in grid.cells:
-            recording = record_cell(spec, cell)
-            parts[cell.key.method] = {
-                name: ceiling(recording.calls[name], statistics.median(recording.seconds[name]), args.repeats)
-                for name in (STEP, VALIDATION, HELD_OUT) if name in recording.calls
-            }
-    mm = max(rate_before, matmul_rate())
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {spec.dataset} / {spec.backbone}, "
-          f"batch {spec.batch_size}, noise {args.noise:g}; matrix rate (1024x1024 float32 torch.mm) {mm / 1e9:.1f} GFLOP/s\n")
+def print_ceilings(parts: dict[str, dict[str, PartCeiling]], mm: float) -> None:
+    """The ceiling table, then the step's counted operations by operator (see the module docstring)."""
     print(f"{'method':<10}{'part':<12}{'GFLOP':>9}{'seconds':>9}{'% of mm':>9}{'ops s':>8}{'ceiling':>9}{'outside':>9}")
     for method, found in parts.items():
         label = method
@@ -260,12 +244,8 @@ def main() -> None:
             print(f"{label:<10}{op:<48}{int(e['calls']):>6}{e['flops'] / 1e9:>8.3f}{e['seconds']:>8.4f}"
                   f"{e['flops'] / e['seconds'] / mm:>9.1%}")
             label = ""
-    if args.json:
-        record = {"torch": torch.__version__, "threads": torch.get_num_threads(), "matmul_flops_per_s": mm,
-                  "methods": {m: {n: {**p.row(mm), "by_op": p.by_op} for n, p in found.items()} for m, found in parts.items()}}
-        args.json.write_text(json.dumps(record, indent=1))
-        print(f"\nwritten: {args.json}")
 
 
-if __name__ == "__main__":
-    main()
+def ceiling_record(parts: dict[str, dict[str, PartCeiling]], mm: float) -> dict:
+    """The ceiling's numbers as ``--json`` writes them."""
+    return {m: {n: {**p.row(mm), "by_op": p.by_op} for n, p in found.items()} for m, found in parts.items()}

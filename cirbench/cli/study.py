@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cirbench.cli_grid import calibrate_grid, calibration_checks, print_summary, run_here, sweep_grid, validated_grid, write_report
-from cirbench.cli_options import Opt, Plugins, _fail, console
+from cirbench.cli.grid import calibrate_grid, calibration_checks, print_summary, run_here, sweep_grid, validated_grid, write_report
+from cirbench.cli.options import Opt, Plugins, console, fail
 
 SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
                "holdout")
@@ -52,7 +52,7 @@ def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = N
     try:
         study = load_study(path)
     except StudyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     grids = []
     for entry in study.grids:
         console.print(f"[dim]{path}: {entry.where}[/]")

@@ -54,7 +54,8 @@ Holdout = Annotated[Optional[float], Opt("--holdout", show_default=False, help="
                                "one read from files).")]
 
 
-def _split(text: str, kind: type, option: str) -> list:
+def split_list(text: str, kind: type, option: str) -> list:
+    """A comma-separated ``option`` value as a list of ``kind``; a bad item is a usage error."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     try:
         return [kind(t) for t in items]
@@ -62,19 +63,21 @@ def _split(text: str, kind: type, option: str) -> list:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of {kind.__name__}s", param_hint=option) from None
 
 
-def _dataset_options(entries: list[str]) -> dict[str, str]:
+def parse_dataset_options(entries: list[str]) -> dict[str, str]:
+    """``--dataset-option key=value`` entries as a dict; a malformed one is a usage error."""
     try:
         return parse_key_values(entries, "categories=dress")
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--dataset-option") from None
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit with status 2."""
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(2)
 
 
-def _print_problems(found: list, limit: int) -> None:
+def print_problems(found: list, limit: int) -> None:
     """A dataset's problems (file, entry, problem), the first ``limit`` of them (0: all)."""
     table = Table(show_header=True)
     for column in ("file", "entry", "problem"):

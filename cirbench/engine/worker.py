@@ -1,11 +1,18 @@
-"""Several cells of a grid at once, one process each, on one machine.
+"""Worker processes: the entry point of a process that runs cells of a grid it was handed
+as a spec (a worker process of ``--jobs``, a scheduler job of ``--launcher``), and the pool
+of worker processes of ``--jobs`` on one machine.
+
+A process builds the grid once (and so discovers the plugins once) and runs each cell it is
+given by run id, which writes the cell's parts to the results store; it sends back plain
+data, not the method class.
+
+The pool. Several cells of a grid at once, one process each, on one machine.
 
 A small model on a CPU uses two threads poorly: two cells in two single-threaded processes
 finish about a quarter sooner than the same cells one after another with two threads each.
-Each worker rebuilds the grid from the same :class:`~cirbench.engine.grid.GridSpec` and runs
-one cell with :func:`~cirbench.engine.grid.run_cell_by_id`, which writes that cell's parts
-to the results store atomically; the store is the only coordination, as with the
-``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
+Each worker builds the grid once from the same :class:`~cirbench.engine.spec.GridSpec` and
+runs its cells with :func:`run_cell_by_id`, which writes each cell's parts to the results
+store atomically; the store is the only coordination, as with the ``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
 workers start, so that they only read them: the caller runs the reference rows first.
 
 On a GPU (``--device cuda --jobs N``) the N workers share the device: each gets the same
@@ -16,14 +23,35 @@ fails alone with an out-of-memory error naming it, instead of starving the cells
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-from cirbench.engine.grid import GridSpec, run_cell_by_id
+from cirbench.engine.cell import run_cell
+from cirbench.engine.grid import Grid
+from cirbench.engine.spec import GridSpec
+
+_built: list[tuple[GridSpec, Grid]] = []
+"""The grid this process built, with the spec it was built from (at most one)."""
+
+
+def grid_for(spec: GridSpec) -> Grid:
+    """``spec``'s grid, built once per process (again only for another spec)."""
+    if not _built or _built[0][0] != spec:
+        key = copy.deepcopy(spec)  # Grid fills in the default weights of the spec it is given
+        _built[:] = [(key, Grid(spec))]
+    return _built[0][1]
+
+
+def run_cell_by_id(spec: GridSpec, run_id: str, announce: Callable[[str], None]) -> dict[str, Any]:
+    """Run the cell ``run_id`` of ``spec``'s grid and return its
+    :meth:`~cirbench.engine.cell.CellOutcome.record`."""
+    grid = grid_for(spec)
+    return run_cell(grid.resources, grid.cell(run_id), progress=lambda info: None, announce=announce).record()
 
 
 def default_jobs(device: str) -> int:

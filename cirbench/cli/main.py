@@ -1,8 +1,8 @@
 """The ``cirbench`` command line (typer + rich): it parses the arguments, hands the grid to
-the runner (:mod:`cirbench.engine.runner`) and shows what comes back (:mod:`cirbench.show`).
-The options several commands share are in :mod:`cirbench.cli_options`; the commands around
-a grid (``data check``, ``results verify``, ``predict``, ``list``) in :mod:`cirbench.cli_tools`; the
-released ``tiny`` start's ``start rebuild`` in :mod:`cirbench.cli_start`.
+the runner (:mod:`cirbench.engine.runner`) and shows what comes back (:mod:`cirbench.cli.show`).
+The options several commands share are in :mod:`cirbench.cli.options`; the commands around
+a grid (``data check``, ``results verify``, ``predict``, ``list``, the released ``tiny``
+start's ``start rebuild``) in :mod:`cirbench.cli.tools`.
 
 The engine, report and results modules are imported inside the commands, so that
 ``cirbench --help`` imports no torch (and starts fast).
@@ -17,15 +17,14 @@ import typer
 from rich.markup import escape
 
 from cirbench import defaults
-from cirbench.cli_options import (
+from cirbench.cli.options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
-    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, _dataset_options, _fail, _split, console,
+    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, console, fail, parse_dataset_options, split_list,
 )
-from cirbench.cli_grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
+from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
                                run_here, sweep_grid, validated_grid, write_report)
-from cirbench.cli_start import start_app
-from cirbench.cli_study import study
-from cirbench.cli_tools import check_plugin, data_app, list_, predict, results_app
+from cirbench.cli.study import study
+from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -89,16 +88,16 @@ def run(
     from cirbench.engine.precision import PRECISIONS
 
     if precision not in PRECISIONS or launcher not in ("none", "local", "slurm") or features not in ("cache", "online"):
-        _fail(f"--precision must be one of {', '.join(PRECISIONS)}, --features cache or online, --launcher none, local or slurm")
+        fail(f"--precision must be one of {', '.join(PRECISIONS)}, --features cache or online, --launcher none, local or slurm")
     if launcher == "none":
         dist_env, device = init_distributed(device)
         console.quiet = not dist_env.is_main  # under torchrun only rank 0 reports
     grid = validated_grid(methods, noise, ablate, set_, plugin, dict(
-        seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
+        seeds=split_list(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
-        dataset_options=_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
-        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers))
+        dataset_options=parse_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
+        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers), absolute=launcher != "none")
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
     outcomes = run_here(grid, jobs)
@@ -128,10 +127,10 @@ def sweep(
 ) -> None:
     """Tune every method with the same budget: --trials configurations each, run as ordinary
     cells <method>:trial<k> (resumable, parallel), selected on the held-out split by the report."""
-    grid = sweep_grid(_split(methods, str, "--methods"), noise, trials, plugin, dict(
-        seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
+    grid = sweep_grid(split_list(methods, str, "--methods"), noise, trials, plugin, dict(
+        seeds=split_list(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
-        data_root=data_root, plugin_files=list(plugin), device=device, dataset_options=_dataset_options(dataset_option),
+        data_root=data_root, plugin_files=list(plugin), device=device, dataset_options=parse_dataset_options(dataset_option),
         holdout=holdout, precision=precision))
     outcomes = run_here(grid, jobs)
     print_summary(grid, outcomes)
@@ -155,9 +154,9 @@ def calibrate(
     (finished cells in --output are reused), then prints each calibration figure beside its target.
     """
     grid = calibrate_grid(dict(
-        seeds=_split(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
+        seeds=split_list(seeds, int, "--seeds"), dataset=dataset, backbone=backbone, weights=weights,
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
-        data_root=data_root, dataset_options=_dataset_options(dataset_option), device=device, precision=precision,
+        data_root=data_root, dataset_options=parse_dataset_options(dataset_option), device=device, precision=precision,
         holdout=holdout, plugin_files=list(plugin)))
     failed = [o for o in run_here(grid, jobs) if o.status == "failed"]
     for o in failed:
@@ -189,9 +188,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(data_app, name="data")
 app.add_typer(start_app, name="start")
 app.command()(predict)
+app.command()(reproduce)
 app.command("list")(list_)
 app.command("check-plugin")(check_plugin)
 app.command()(study)
-
-if __name__ == "__main__":
-    app()

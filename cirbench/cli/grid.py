@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from cirbench.cli_options import _fail, _print_problems, _split, console
+from cirbench.cli.options import console, fail, print_problems, split_list
 from cirbench.config import ConfigError, parse_overrides
 
 DEFAULT_METHODS = "sprc,oracle"
@@ -31,32 +31,38 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
     return defaults.HOLDOUT if loader is not None and not loader.files else 0.0
 
 
-def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict):
+def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict,
+                   absolute: bool = False, discovery=None):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
     --plugin and the other ``fields`` of its spec), its plugin warnings printed, its dataset loaded.
     A ``holdout`` of None in ``fields`` is the dataset's default, resolved once the plugins
-    (which may define the dataset) are registered."""
-    from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
-    from cirbench.engine.grid import Grid, GridError, GridSpec
+    (which may define the dataset) are registered. With ``absolute``, its paths are made
+    absolute first, as a scheduler job elsewhere needs them (and so its run ids name them).
+    ``discovery``: the plugins when already discovered (once per process)."""
+    from cirbench.engine.grid import Grid
+    from cirbench.engine.spec import GridError, GridSpec, absolute_spec
     from cirbench.plugins import discover
 
     try:
-        discovery = discover(list(plugin))
+        discovery = discovery or discover(list(plugin))
         if discovery.errors:
             raise GridError("; ".join(discovery.errors))
         fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
-        labels = _split(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
+        labels = split_list(methods if methods is not None else ("" if ablate else DEFAULT_METHODS), str, "--methods")
         overrides = parse_overrides(list(set_))
-        rates = _split(noise, float, "--noise") if noise is not None else None
+        rates = split_list(noise, float, "--noise") if noise is not None else None
         if ablate:
-            ablation = expand_ablations(_split(ablate, str, "--ablate"), discovery.methods)
+            from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
+
+            ablation = expand_ablations(split_list(ablate, str, "--ablate"), discovery.methods)
             labels, overrides = merge_rows(labels, overrides, ablation)
             rates = ablation.noise_rates if rates is None else rates
             console.print(f"[dim]--ablate: {escape(describe_ablation(ablation))}[/]")
-        rates = rates if rates is not None else _split(DEFAULT_NOISE, float, "--noise")
-        grid = Grid(GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields), discovery)
+        rates = rates if rates is not None else split_list(DEFAULT_NOISE, float, "--noise")
+        spec = GridSpec(methods=labels, noise_rates=rates, overrides=overrides, **fields)
+        grid = Grid(absolute_spec(spec) if absolute else spec, discovery)
     except (GridError, ConfigError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for problem in grid.discovery.problems:
         console.print(f"[yellow]warning:[/] {problem}")
     for line in grid.skipped:
@@ -69,42 +75,42 @@ def preflight_grid(grid) -> None:
     """Load and check the grid's dataset and plugins before any cell runs
     (:func:`cirbench.engine.runner.preflight`): a failure stops the run here, naming the
     plugin and the rule; samples dropped under --allow-missing are listed."""
-    from cirbench import show
+    import cirbench.cli.show as show
     from cirbench.data.check import DatasetProblemsError
     from cirbench.engine.runner import preflight
 
     try:
         checked = preflight(grid, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))
     except DatasetProblemsError as exc:
-        _print_problems(exc.report.errors, 30)
-        _fail(str(exc).split(":\n", 1)[0])
+        print_problems(exc.report.errors, 30)
+        fail(str(exc).split(":\n", 1)[0])
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if checked is not None:
         show.preflight(console, checked)
 
 
 def run_here(grid, jobs: int) -> list:
     """Run ``grid`` here (``jobs`` cells at a time), with a progress line per cell."""
-    from cirbench import show
+    import cirbench.cli.show as show
     from cirbench.engine.runner import resolve_jobs, run_grid
 
     try:
         jobs = resolve_jobs(jobs, grid.spec.device)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     with show.GridProgress(console) as progress:
         return run_grid(grid, jobs, progress)
 
 
 def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str]) -> int:
     """Submit one job per pending cell, list the jobs (waiting for them with ``local``); the exit code."""
-    from cirbench import show
-    from cirbench.engine import runner
+    import cirbench.cli.show as show
+    from cirbench.engine import launch as scheduler, runner
 
     runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
     try:
-        submission = runner.submit(grid.spec, launcher, gpus_per_cell, scheduler_option)
+        submission = scheduler.submit(grid, launcher, gpus_per_cell, scheduler_option)
         if not submission.jobs:
             console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {grid.spec.output} "
                           "(--overwrite redoes them)")
@@ -112,19 +118,19 @@ def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str])
         outcomes = []
         if launcher == "local":
             with console.status(f"waiting for {len(submission.jobs)} local jobs"):
-                outcomes = runner.wait(submission)
+                outcomes = scheduler.wait(submission)
     except (ValueError, ImportError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     show.submission(console, launcher, submission, outcomes)
     if launcher == "slurm":
         console.print("Rerun the same command to resubmit only the cells that are not complete (after these jobs end).")
-    return int(runner.launch_failed(outcomes))
+    return int(scheduler.launch_failed(outcomes))
 
 
 def print_summary(grid, outcomes: list) -> None:
     """The run summary table of ``outcomes`` as the store holds them."""
-    from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
+    import cirbench.cli.show as show
+    from cirbench.engine.spec import backbone_label, dataset_label
     from cirbench.results.store import ResultsFolderError
     from cirbench.results.summary import run_summary
 
@@ -146,29 +152,29 @@ def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[
 
     holdout = fields["holdout"]
     if not 0.0 < holdout < 1.0:
-        _fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
+        fail(f"--holdout {holdout:g}: a sweep selects on the held-out split, give a share in (0, 1), e.g. 0.1")
     discovery = discover(list(plugin))
     try:
         labels, overrides = sweep_rows(methods, trials, discovery, fields.get("backbone", "tiny"))
     except (SweepError, KeyError) as exc:
-        _fail(str(exc).strip("'\""))
+        fail(str(exc).strip("'\""))
     sets = [f"{label}.{key}={value}" for label, values in overrides.items() for key, value in values.items()]
-    return validated_grid(",".join(labels), noise, None, sets, plugin, fields)
+    return validated_grid(",".join(labels), noise, None, sets, plugin, fields, discovery=discovery)
 
 
 def calibrate_grid(fields: dict):
     """The calibration grid of ``cirbench calibrate`` (:mod:`cirbench.engine.calibrate`) on the
     setting of ``fields`` (a ``holdout`` of None: the dataset's default), pre-flighted."""
     from cirbench.engine.calibrate import calibration_grid
-    from cirbench.engine.grid import GridError, GridSpec
+    from cirbench.engine.spec import GridError, GridSpec
     from cirbench.plugins import discover
 
-    discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
+    discovery = discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
     fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
     try:
-        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields))
+        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields), discovery)
     except GridError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     preflight_grid(grid)
     return grid
 
@@ -176,8 +182,8 @@ def calibrate_grid(fields: dict):
 def calibration_checks(grid, seeds: str) -> bool:
     """Print the calibration checks of ``grid``'s setting and write them to calibration.md;
     whether none failed."""
-    from cirbench import show
-    from cirbench.engine.grid import backbone_label, dataset_label
+    import cirbench.cli.show as show
+    from cirbench.engine.spec import backbone_label, dataset_label
     from cirbench.report.calibration import checks_markdown, run_calibration_checks
     from cirbench.results.atomic import atomic_write_text
 
@@ -185,7 +191,7 @@ def calibration_checks(grid, seeds: str) -> bool:
     try:
         checks = run_calibration_checks(spec.output, dataset_label(spec), backbone_label(spec), spec.noise_protocol)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     show.calibration(console, checks, f"calibration: {dataset_label(spec)} / {backbone_label(spec)} / "
                                       f"{spec.noise_protocol}, seeds {seeds}")
     path = spec.output / "calibration.md"
@@ -201,7 +207,7 @@ def register_plugins(plugin: list[Path]) -> None:
 
     errors = discover(list(plugin)).errors if plugin else []
     if errors:
-        _fail("; ".join(errors))
+        fail("; ".join(errors))
 
 
 def write_report(results: Path, output: Path, published: list[Path] | None = None, readme: Path | None = None) -> bool:

@@ -1,0 +1,324 @@
+"""The commands around a grid: ``data check`` and ``results verify`` (a dataset's or a
+results folder's files), ``predict`` (CIRR test1 submissions), ``reproduce`` (does this
+machine reproduce a report's cells), ``list``, and ``start
+rebuild [--write]``, which re-runs the ``tiny`` start's pre-training from code and compares
+it with the released start (:mod:`cirbench.backbones.tiny_rebuild`), or re-releases it."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cirbench import defaults
+from cirbench.cli.options import Results, console, fail, parse_dataset_options, print_problems, split_list
+
+
+results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
+
+
+@results_app.command("verify")
+def results_verify(
+    results: Results = Path("results"),
+    repair: bool = typer.Option(
+        False, "--repair", help="Move each damaged cell's files under <results>/quarantine/<time>/ (never deleted), "
+        "so that the next `cirbench run` of its grid redoes it."
+    ),
+) -> None:
+    """Check every part of every cell against what its runs row recorded (rows, size, sha256):
+    one line per problem (file, cell, what is wrong); exit 1 if there is any (also with --repair)."""
+    from cirbench.results.locks import live_locks
+    from cirbench.results.verify import check_folder, quarantine
+
+    if not results.is_dir():
+        fail(f"results directory {results} does not exist")
+    busy = {run_id: holder.describe() for run_id, holder in live_locks(results).items()}
+    found = check_folder(results, skip=busy)
+    for run_id, who in busy.items():
+        console.print(f"{run_id}: being run by {who}: not checked", markup=False, highlight=False, soft_wrap=True)
+    for problem in found.problems:
+        console.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+    if not found.problems:
+        console.print(f"[green]{escape(str(results))}: {len(found.run_ids)} cells, every part as recorded[/]")
+        return
+    damaged = sorted(found.damaged())
+    console.print(f"[red]{len(found.problems)} problem(s) in {len(damaged)} cell(s) of {escape(str(results))}[/]")
+    if repair:
+        moved = quarantine(results, damaged)
+        where = moved[0][1].relative_to(results).parts[:2] if moved else ()
+        console.print(f"moved {len(moved)} files of {len(damaged)} cell(s) to {escape(str(results.joinpath(*where)))}/; "
+                      "the next `cirbench run` of their grid redoes them")
+    else:
+        console.print("`cirbench results verify --repair` moves them aside (never deletes them) so that the next run redoes them")
+    raise typer.Exit(1)
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Check dataset files.")
+
+
+@data_app.command("check")
+def data_check(
+    dataset: str = typer.Argument(..., help="Dataset name: fashioniq or cirr."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Root of the dataset's files."),
+    dataset_option: list[str] = typer.Option([], "--dataset-option", help="Dataset option key=value; repeatable."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the per-image decode verdicts are cached."),
+    limit: int = typer.Option(50, "--limit", help="Problems to print (0: all)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report as JSON to this file."),
+    deep: bool = typer.Option(False, "--deep", help="Decode every image fully (slow); by default image headers are verified."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Threads checking images (default: a few per core)."),
+) -> None:
+    """Validate a dataset's files: JSON syntax, fields, split membership, image files, repeats, paths.
+    Errors exit 1; warnings (entries the public loaders accept, e.g. exact repeats) are listed and exit 0."""
+    from cirbench.data.check import check_dataset
+
+    try:
+        report = check_dataset(dataset, data_root, parse_dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
+    except (KeyError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if json_out is not None:
+        import json
+
+        from cirbench.results.atomic import atomic_write_text
+
+        atomic_write_text(json.dumps(report.as_dict(), indent=1), json_out)
+    counts = ", ".join(f"{k} {v}" for k, v in report.counts.items())
+    if not report.problems:
+        console.print(f"[green]{dataset} at {report.root}: no problems[/] ({counts})")
+        return
+    print_problems(report.problems, limit)
+    kinds = ", ".join(f"{k} {v}" for k, v in report.kinds().items())
+    if report.ok:
+        console.print(f"[yellow]{dataset} at {report.root}: no errors, {len(report.warnings)} warning(s)[/] ({kinds}; "
+                      f"warnings never block `cirbench run`); read: {counts}")
+        return
+    console.print(f"[bold red]{dataset} at {report.root}: {len(report.errors)} error(s)[/] ({kinds}; "
+                  f"{len(report.fatal)} fatal, {len(report.warnings)} warning(s)); read: {counts}")
+    raise typer.Exit(1)
+
+
+def predict(
+    run_id: str = typer.Argument(..., help="A run saved with `run --save` (its run id, or a checkpoint file)."),
+    results: Path = typer.Option(Path("results"), "--results", "-r", help="The run's results directory."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="CIRR root (default: the run's)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: <results>/predictions/<run_id>/."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where feature caches live."),
+    device: str = typer.Option("cpu", "--device", help="torch device."),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A Python file defining the run's method; repeatable."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Accept missing test1 images (incomplete submission)."),
+) -> None:
+    """Write the CIRR test1 submission files (recall and recall_subset) of a trained run."""
+    from cirbench.checkpoint import CheckpointError
+    from cirbench.data.check import DatasetProblemsError
+    from cirbench.engine.predict import predict_cirr
+
+    checkpoint = Path(run_id) if Path(run_id).suffix == ".pt" else results / "checkpoints" / f"{run_id}.pt"
+    name = checkpoint.stem
+    try:
+        paths = predict_cirr(
+            checkpoint, data_root, cache_dir, output or results / "predictions" / name, device, list(plugin),
+            allow_missing, announce=lambda m: console.print(f"[dim]{m}[/]"),
+        )
+    except DatasetProblemsError as exc:
+        print_problems(exc.report.errors, 30)
+        fail(str(exc).split(":\n", 1)[0])
+        return
+    except (CheckpointError, KeyError, ValueError, OSError) as exc:
+        fail(str(exc))
+        return
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+def reproduce(
+    reference: Path = typer.Option(..., "--reference", help="The report folder (or its final_metrics.csv) or results "
+                                   "folder to reproduce."),
+    methods: str = typer.Option("sprc", "--methods", "-m", help="Comma-separated methods to re-run."),
+    noise: str = typer.Option("0,0.8", "--noise", "-n", help="Comma-separated noise rates to re-run."),
+    seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds to re-run."),
+    dataset: str = typer.Option("shapes", "--dataset", "-d", help="The reference's dataset."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", show_default=False, help="Default: the reference runs'."),
+    holdout: Optional[float] = typer.Option(None, "--holdout", show_default=False, help="Default: the reference runs'."),
+    batch_size: int = typer.Option(defaults.BATCH_SIZE, "--batch-size", help="Training batch size."),
+    metrics: str = typer.Option("recall@5,recall@10,recall_subset@1", "--metrics", help="Comma-separated metrics."),
+    spread: float = typer.Option(2.0, "--spread", help="Allowed difference, in the reference seeds' std."),
+    scratch: Optional[Path] = typer.Option(None, "--scratch", show_default=False,
+                                           help="Where the cells run (default: a new temporary folder)."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and caches live."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Cells at once (0: automatic)."),
+) -> None:
+    """Re-run a few cells of a report's setting here and check that their final metrics fall
+    within the report's spread over seeds: does this machine reproduce it? Exit 0 when every
+    cell does, 1 when one does not, 2 when the reference cannot answer (no such cells, one seed)."""
+    from cirbench.report.reproduce_check import ReferenceFolderError, compare, load_reference, setting_of, verdict_lines
+
+    wanted, grid_fields = _reproduced_setting(methods, noise, seeds, dataset)
+    metric_names = split_list(metrics, str, "--metrics")
+    try:
+        runs, table = load_reference(reference, wanted, metric_names)
+        epochs, holdout = int(setting_of(runs, "epochs", epochs)), setting_of(runs, "holdout", holdout)
+        scratch = scratch or Path(tempfile.mkdtemp(prefix="cirbench-reproduce-"))
+        console.print(f"re-running cells ({epochs} epochs, held-out share {holdout:g}) into {scratch}")
+        done, here = _rerun({**grid_fields, "epochs": epochs, "holdout": holdout, "batch_size": batch_size,
+                             "output": scratch, "cache_dir": cache_dir}, jobs, metric_names)
+        console.print(f"starts: reference {', '.join(sorted(set(runs.start_key) - {''})) or 'not recorded'}; "
+                      f"here {', '.join(sorted(set(done.start_key)))}")
+        verdicts = compare(table, here, spread)
+    except ReferenceFolderError as exc:
+        fail(str(exc))
+    for line in verdict_lines(verdicts):
+        typer.echo(line)
+    outside = [v for v in verdicts if not v.within]
+    typer.echo(f"{len(verdicts) - len(outside)} of {len(verdicts)} within {spread:g} std of the reference's seeds")
+    raise typer.Exit(1 if outside else 0)
+
+
+def _reproduced_setting(methods: str, noise: str, seeds: str, dataset: str):
+    """The cells ``reproduce`` compares (a :class:`~cirbench.report.reproduce_check.Wanted`) and
+    the grid fields that name them, on the default backbone with its default weights."""
+    from cirbench.engine.spec import GridSpec, backbone_label, dataset_label
+    from cirbench.report.reproduce_check import Wanted
+
+    fields = dict(methods=split_list(methods, str, "--methods"), noise_rates=split_list(noise, float, "--noise"),
+                  seeds=split_list(seeds, int, "--seeds"), dataset=dataset)
+    probe = GridSpec(**fields)
+    probe.weights = _default_weights(probe.backbone)  # as the grid records it
+    wanted = Wanted(probe.methods, probe.noise_rates, dataset_label(probe), backbone_label(probe), probe.noise_protocol)
+    return wanted, fields
+
+
+def _default_weights(backbone: str) -> str | None:
+    from cirbench.backbones.registry import BACKBONES
+
+    return getattr(BACKBONES.get(backbone), "default_weights", None)
+
+
+def _rerun(fields: dict, jobs: int, metrics: list[str]):
+    """Run the grid of ``fields`` here; its completed runs and their final metrics. A failed
+    cell fails the command (exit 1)."""
+    from cirbench.engine.grid import Grid
+    from cirbench.engine.runner import resolve_jobs, run_grid
+    from cirbench.engine.spec import GridSpec
+    from cirbench.report.reproduce_check import final_metrics
+    from cirbench.results.store import ResultsStore
+
+    grid = Grid(GridSpec(**fields))
+    outcomes = run_grid(grid, jobs=resolve_jobs(jobs, "cpu"))
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        console.print("\n".join(f"{o.cell.key.run_id} failed: {escape(o.error)}" for o in failed))
+        raise typer.Exit(1)
+    store = ResultsStore(fields["output"])
+    done = store.read("runs")
+    done = done[done.run_id.isin([c.key.run_id for c in grid.cells])]
+    return done, final_metrics(store, done, metrics)
+
+
+def list_(
+    what: str = typer.Argument(..., help="methods | datasets | backbones | noise"),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A plugin file or folder to list too; repeatable."),
+) -> None:
+    """List the registered methods, datasets, backbones or noise protocols, plugins included."""
+    from cirbench.plugins import discover
+
+    kinds = {"methods": "method", "datasets": "dataset", "backbones": "backbone", "noise": "noise protocol"}
+    if what not in kinds:
+        fail(f"cannot list {what!r}; choose methods, datasets, backbones or noise")
+    discovery = discover(list(plugin))
+    registry = discovery.registries[kinds[what]]
+    table = Table(show_header=True)
+    for column in ("name", "description", "source"):
+        table.add_column(column)
+    for name in registry:
+        entry = registry.entry(name)
+        if what == "methods":
+            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
+            description = f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})"
+        else:
+            description = getattr(entry.obj, "description", "")
+        table.add_row(name, description, entry.source)
+    for problem in discovery.problems + discovery.errors:
+        console.print(f"[yellow]warning:[/] {escape(problem)}")
+    console.print(table)
+
+
+def check_plugin(
+    path: Path = typer.Argument(..., help="A plugin file (or folder of them) to check."),
+    cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the checks' small data and caches go."),
+) -> None:
+    """Check every plugin a file defines against what its kind must provide (a method, a
+    dataset, a noise protocol, a backbone: cirbench/engine/conformance.py); exit 1 on a problem."""
+    from cirbench.engine.conformance import check_plugin_file, checked_line
+
+    results = check_plugin_file(path, cache_dir)
+    for plugin, problems in results.items():
+        if problems:
+            console.print(f"[red]{escape(plugin)}[/]: " + "; ".join(escape(p) for p in problems))
+        else:
+            console.print(f"[green]{escape(plugin)}: conforms[/]")
+        if plugin != "--plugin":
+            console.print(f"  [dim]{escape(checked_line(plugin, cache_dir))}[/]")
+    if any(results.values()):
+        raise typer.Exit(1)
+
+
+start_app = typer.Typer(no_args_is_help=True, help="The tiny backbone's released start (--weights cir).")
+
+
+@start_app.command("rebuild")
+def start_rebuild(
+    write: bool = typer.Option(False, "--write", help="Release the rebuilt start: replace the shipped file and its "
+                               "recorded sha256 and key (when it differs from the shipped one)."),
+) -> None:
+    """Pre-train the tiny cir start from code in an empty cache (minutes on a CPU), print its
+    start key and whether it equals the shipped start bit for bit here (the largest absolute
+    difference of each tensor if not). Exit 1 when it differs and --write is not given."""
+    from cirbench.backbones import tiny_release
+    from cirbench.backbones.tiny_rebuild import compare, rebuild_start, release
+    from cirbench.backbones.tiny_start import StartFileError, shipped_path, shipped_start
+
+    console.print("pre-training the tiny cir start from code, from an empty cache ...")
+    rebuilt = rebuild_start()
+    key = rebuilt.key()
+    console.print(f"rebuilt start key: {key}", markup=False, highlight=False)
+    try:
+        shipped, where = shipped_start(), shipped_path()
+    except StartFileError as exc:
+        console.print(f"[yellow]no usable shipped start:[/] {escape(str(exc))}")
+        shipped, where = None, None
+    identical = False
+    if shipped is not None:
+        differences = compare(rebuilt, shipped)
+        identical = all(d.equal for d in differences)
+        console.print(f"shipped start key: {tiny_release.START_KEY} ({where})", markup=False, highlight=False)
+        if identical:
+            console.print(f"[green]bit for bit equal to the shipped start on this machine[/] ({len(differences)} tensors)")
+        else:
+            _print_differences(differences)
+    if write and not identical:
+        done = release(rebuilt)
+        console.print(f"released v{done.release}: {done.path} (sha256 {done.sha256}, start key {done.start_key}); "
+                      "recorded in cirbench/backbones/tiny_release.py. Commit both: every tiny[cir] cell's run id changes "
+                      "with the start (docs/benchmark.md#run-ids).", markup=False,
+                      highlight=False, soft_wrap=True)
+    elif write:
+        console.print("nothing to release: the shipped start is already this one")
+    elif not identical:
+        raise typer.Exit(1)
+
+
+def _print_differences(differences) -> None:
+    """One row per tensor that differs, with its largest absolute difference."""
+    differing = [d for d in differences if not d.equal]
+    console.print(f"[red]differs from the shipped start:[/] {len(differing)} of {len(differences)} tensors")
+    table = Table(show_header=True)
+    table.add_column("tensor")
+    table.add_column("max |difference|", justify="right")
+    for d in differing:
+        table.add_row(d.name, "shape, dtype or presence differs" if math.isinf(d.max_abs) else f"{d.max_abs:.3g}")
+    console.print(table)
