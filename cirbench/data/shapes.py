@@ -11,9 +11,8 @@ targets in the gallery, so a query's target competes with its siblings, which di
 only where the text says. Each query also has a CIRR-style subset (its target and five
 siblings) for ``Recall_subset@1,2,3``.
 
-The same generator, with another :class:`SceneSpace` (more objects per scene) and another
-template set, makes the disjoint composed-retrieval pre-training data of the ``tiny``
-backbone (:mod:`cirbench.backbones.tiny_pretrain`).
+The same generator, with another :class:`SceneSpace` and template set, makes the disjoint
+pre-training data of the ``tiny`` backbone (:mod:`cirbench.backbones.tiny_pretrain`).
 """
 
 from __future__ import annotations
@@ -142,19 +141,14 @@ def caption_scene(scene: Scene) -> str:
 
 
 def _shape_masks(dx: np.ndarray, dy: np.ndarray, half: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    """(k, s, s) pixel masks of k objects: offsets ``dx`` (k, 1, s), ``dy`` (k, s, 1) from their
-    centres, half extents ``half`` (k, 1, 1), shape ids ``shape`` (k,); each object's mask is
-    computed for its own shape only."""
+    """(k, s, s) masks of k objects (offsets ``dx``, ``dy`` from their centres), each for its own shape."""
+    tests = (lambda x, y, h: x * x + y * y <= h * h,  # circle
+             lambda x, y, h: (np.abs(x) <= 0.85 * h) & (np.abs(y) <= 0.85 * h),  # square
+             lambda x, y, h: (y <= h) & (np.abs(x) <= 0.5 * (y + h)))  # triangle: apex up, base width 2h
     mask = np.empty((len(shape), dy.shape[1], dx.shape[2]), dtype=bool)
-    for kind in range(len(SHAPES_SHAPES)):
+    for kind, inside in enumerate(tests):
         rows = np.flatnonzero(shape == kind)
-        x, y, hk = dx[rows], dy[rows], half[rows]
-        if kind == 0:
-            mask[rows] = x * x + y * y <= hk * hk
-        elif kind == 1:
-            mask[rows] = (np.abs(x) <= 0.85 * hk) & (np.abs(y) <= 0.85 * hk)
-        else:
-            mask[rows] = (y <= hk) & (np.abs(x) <= 0.5 * (y + hk))  # apex up, base width 2h
+        mask[rows] = inside(dx[rows], dy[rows], half[rows])
     return mask
 
 
