@@ -12,8 +12,9 @@ A small model on a CPU uses two threads poorly: two cells in two single-threaded
 finish about a quarter sooner than the same cells one after another with two threads each.
 Each worker builds the grid once from the same :class:`~cirbench.engine.spec.GridSpec` and
 runs its cells with :func:`run_cell_by_id`, which writes each cell's parts to the results
-store atomically; the store is the only coordination, as with the ``--launcher`` jobs. Caches (data, pre-trained weights, tower tokens) must exist before the
-workers start, so that they only read them: the caller runs the reference rows first.
+store atomically; the store is the only coordination, as with the ``--launcher`` jobs.
+Caches (data, pre-trained weights, tower tokens) must exist before the workers start, so
+that they only read them: the caller runs the reference rows first.
 
 On a GPU (``--device cuda --jobs N``) the N workers share the device: each gets the same
 share of the CPU cores for its threads and at most ``1/N`` of the GPU's memory
