@@ -84,7 +84,7 @@ def read_final_metrics(path: Path) -> pd.DataFrame:
     frames = []
     for file in files:
         try:
-            frame = pd.read_csv(file)
+            frame = pd.read_csv(file, dtype={"start_key": str})
         except (OSError, ValueError) as exc:
             raise CellsTableError(f"{file}: cannot be read as CSV ({exc})") from exc
         missing = [c for c in RUN_COLUMNS if c not in frame.columns]
