@@ -15,3 +15,7 @@ default (``docs/selection.md``); a dataset read from the user's files holds none
 ``--holdout`` is given, so that its training set is the papers'."""
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
+HOSTED_RATE = 0.0
+"""The one noise rate at which ``cirbench calibrate`` runs the hosted methods (every built-in
+method without a role): clean data, where "every hosted method learns" is read. No method's
+noisy cell is ever part of a calibration (``docs/benchmark.md``)."""

@@ -21,12 +21,13 @@ SETTING = ("shapes", "tiny[cir]", "thirds")
 
 
 def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: dict[str, float],
-           auroc: dict[str, float] | None = None, reference: bool = False, first: float = 0.9, queries: int = 0) -> None:
+           auroc: dict[str, float] | None = None, reference: bool = False, first: float = 0.9, queries: int = 0,
+           source: str = "test", role: str | None = None) -> None:
     """One run of two epochs whose first reaches ``first`` of each final value (with
     ``queries`` validation queries in its ``ranks``)."""
     run_id = f"{method}-{rate:g}-s{seed}"
     key = CellKey(run_id, method, *SETTING, float("nan") if reference else rate, seed)
-    row = {"status": "completed", "error": "", "config": "{}", "method_version": "1", "method_source": "test",
+    row = {"status": "completed", "error": "", "config": "{}", "method_version": "1", "method_source": source, "role": role,
            "is_oracle": method == "oracle", "is_reference": reference, "partitions": method == "oracle",
            "package_version": "0", "git_commit": "", "package_versions": "", "torch_version": "", "device": "cpu",
            "dataset_key": "k", "noise_manifest_hash": "", "noise_manifest_path": "", "eval_protocol": "p", "n_train": 10,
@@ -74,7 +75,8 @@ def test_checks_read_the_right_numbers(tmp_path: Path) -> None:
     assert premise.value == pytest.approx(0.8) and "caption 0.600" in premise.detail
     # the filter wins back (0.36 - 0.30) / (0.60 - 0.30) = 0.2 of sprc's loss at 80%, far from the papers'
     assert checks["room to win"].value == pytest.approx(0.2) and checks["room to win"].verdict == "FAIL"
-    passed = [c for name, c in checks.items() if name != "room to win"]
+    assert checks["every hosted method learns"].verdict == "n/a"  # no hosted method in these results
+    passed = [c for name, c in checks.items() if name not in ("room to win", "every hosted method learns")]
     assert all(c.verdict == "pass" for c in passed), [(c.name, c.value) for c in passed]
 
 
@@ -167,11 +169,66 @@ def test_a_missed_target_fails(tmp_path: Path) -> None:
     assert checks["something to win at 80%"].verdict == "FAIL"
 
 
-def test_calibration_grid_leaves_out_the_oracle_at_no_noise(tmp_path: Path) -> None:
-    grid = calibration_grid(GridSpec(methods=["hug"], noise_rates=[0.2], seeds=[0, 1], output=tmp_path, cache_dir=tmp_path))
+CALIBRATION_CELLS = (("sprc", 0.0), ("sprc", 0.5), ("sprc", 0.8), ("oracle", 0.5), ("oracle", 0.8))
+HOSTED_CELLS = tuple((m, 0.0) for m in ("conesep", "habit", "hug", "intent", "tme"))
+
+
+def test_calibration_grid_leaves_out_the_oracle_at_no_noise_and_runs_hosted_methods_clean_only(tmp_path: Path) -> None:
+    spec = GridSpec(methods=["hug"], noise_rates=[0.2], seeds=[0, 1], output=tmp_path, cache_dir=tmp_path)
+    grid = calibration_grid(spec)
     cells = sorted((c.key.method, c.key.noise_rate, c.key.seed) for c in grid.cells)
-    assert cells == sorted([(m, r, s) for m, r in (("sprc", 0.0), ("sprc", 0.5), ("sprc", 0.8), ("oracle", 0.5), ("oracle", 0.8))
-                            for s in (0, 1)])
+    assert cells == sorted([(m, r, s) for m, r in CALIBRATION_CELLS + HOSTED_CELLS for s in (0, 1)])
+    alone = calibration_grid(spec, hosted=False)
+    assert sorted((c.key.method, c.key.noise_rate, c.key.seed) for c in alone.cells) == sorted(
+        [(m, r, s) for m, r in CALIBRATION_CELLS for s in (0, 1)])
+
+
+def test_a_plugin_method_is_not_a_hosted_method(tmp_path: Path) -> None:
+    """Only built-in methods without a role are hosted: a user's plugin never enters a calibration."""
+    plugin = tmp_path / "mine.py"
+    plugin.write_text("from cirbench_methods.sprc import SPRC\n\n\nclass Mine(SPRC):\n    name = 'mine-calibration-plugin'\n")
+    spec = GridSpec(methods=["sprc"], noise_rates=[0.0], seeds=[0], output=tmp_path, cache_dir=tmp_path, plugin_files=[plugin])
+    methods = {c.key.method for c in calibration_grid(spec).cells}
+    assert "mine-calibration-plugin" not in methods and {"sprc", "oracle", "hug", "tme"} <= methods
+
+
+def _hosted_results(root: Path, hosted: dict[str, float], start: float = 0.30) -> Path:
+    """Calibration results of two seeds with ``hosted`` methods' clean R@10 (sprc at 0.60)."""
+    store = ResultsStore(root)
+    for seed in (0, 1):
+        _write(store, "sprc", 0.0, seed, {"recall@10": 0.60}, source="built-in sprc.py", role="baseline")
+        _write(store, "zero_shot", 0.0, seed, {"recall@10": start}, reference=True)
+        for name, value in hosted.items():
+            _write(store, name, 0.0, seed, {"recall@10": value + 0.01 * (seed - 0.5)}, source=f"built-in {name}.py")
+        _write(store, "plugin", 0.0, seed, {"recall@10": 0.01}, source="file /x/plugin.py")  # a plugin: never read
+        _write(store, "hug:no_fc", 0.0, seed, {"recall@10": 0.01}, source="built-in hug.py")  # an ablation row: never read
+    return root
+
+
+def _learn(root: Path, hosted: dict[str, float], start: float = 0.30):
+    (setting,) = load_results(_hosted_results(root, hosted, start)).settings
+    return next(c for c in calibration_checks(setting) if c.name == "every hosted method learns")
+
+
+def test_every_hosted_method_learns_reads_the_worst_share_of_the_baseline(tmp_path: Path) -> None:
+    check = _learn(tmp_path / "a", {"tme": 0.57, "hug": 0.55})
+    assert check.value == pytest.approx(0.55 / 0.60) and check.verdict == "pass"
+    assert "hug 0.92 (0.550)" in check.detail and "tme 0.95" in check.detail and "plugin" not in check.detail
+    low = _learn(tmp_path / "b", {"tme": 0.57, "hug": 0.53})  # 0.883 of sprc
+    assert low.value == pytest.approx(0.53 / 0.60) and low.verdict == "FAIL"
+
+
+def test_every_hosted_method_learns_needs_each_above_the_start(tmp_path: Path) -> None:
+    """A method at 0.9 of the baseline still fails when it ends at or below the un-fine-tuned start."""
+    check = _learn(tmp_path / "a", {"hug": 0.56}, start=0.58)
+    assert check.value == pytest.approx(0.56 / 0.60) and check.verdict == "FAIL"
+    assert "at or below zero_shot: hug" in check.detail
+
+
+def test_every_hosted_method_learns_reads_n_a_without_hosted_cells(tmp_path: Path) -> None:
+    (setting,) = load_results(_results(tmp_path, oracle_80=0.36)).settings
+    check = next(c for c in calibration_checks(setting) if c.name == "every hosted method learns")
+    assert check.verdict == "n/a" and "not run" in check.detail
 
 
 def test_cli_calibrate_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
@@ -180,11 +237,14 @@ def test_cli_calibrate_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
                                       "--batch-size", "150", "--output", str(out), "--cache-dir", str(cache_dir)])
     assert result.exit_code in (0, 1), result.output  # 1: some target missed on this toy setting
     text = (out / "calibration.md").read_text()
-    for name in ("fine-tuning matters", "text matters (subset)", "something to win at 80%", "small-loss premise"):
+    for name in ("fine-tuning matters", "text matters (subset)", "something to win at 80%", "small-loss premise",
+                 "every hosted method learns"):
         assert name in text
     assert "| stable over seeds |" in text and "| n/a |" in text  # one seed: no spread to judge
     runs = pd.read_parquet(out / "runs")
-    assert len(runs) == 5 + 3 and set(runs.status) == {"completed"}
+    assert len(runs) == 5 + 5 + 3 and set(runs.status) == {"completed"}  # calibration, hosted at 0%, reference rows
+    hosted = runs[runs.method.isin([m for m, _ in HOSTED_CELLS])]
+    assert set(hosted.noise_rate) == {0.0} and len(hosted) == 5
 
 
 def test_two_cells_at_once_give_the_same_numbers_as_one_after_another(tmp_path: Path, cache_dir: Path) -> None:

@@ -162,9 +162,10 @@ def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[
     return validated_grid(",".join(labels), noise, None, sets, plugin, fields, discovery=discovery)
 
 
-def calibrate_grid(fields: dict):
+def calibrate_grid(fields: dict, hosted: bool = True):
     """The calibration grid of ``cirbench calibrate`` (:mod:`cirbench.engine.calibrate`) on the
-    setting of ``fields`` (a ``holdout`` of None: the dataset's default), pre-flighted."""
+    setting of ``fields`` (a ``holdout`` of None: the dataset's default), with the hosted
+    methods' clean cells unless ``hosted`` is False, pre-flighted."""
     from cirbench.engine.calibrate import calibration_grid
     from cirbench.engine.spec import GridError, GridSpec
     from cirbench.plugins import discover
@@ -172,7 +173,7 @@ def calibrate_grid(fields: dict):
     discovery = discover(list(fields.get("plugin_files", [])))  # a plugin's dataset resolves its own held-out default
     fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
     try:
-        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields), discovery)
+        grid = calibration_grid(GridSpec(methods=["sprc"], noise_rates=[0.0], **fields), discovery, hosted)
     except GridError as exc:
         fail(str(exc))
     preflight_grid(grid)

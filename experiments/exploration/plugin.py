@@ -91,3 +91,5 @@ def _tiny_file_at(lr: float, tag: str) -> type[TinyFromFile]:
 
 TinyFileHalfRate = _tiny_file_at(TinyBackbone.default_lr / 2, "lr-half")
 TinyFileDoubleRate = _tiny_file_at(TinyBackbone.default_lr * 2, "lr-double")
+TinyFileRate6e4 = _tiny_file_at(6e-4, "lr-6e-4")
+TinyFileRate1e3 = _tiny_file_at(1e-3, "lr-1e-3")
