@@ -291,3 +291,13 @@ def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, c
     grid = calibrate_grid(dict(seeds=[0], dataset="shapes-calibrate-plugin", epochs=1, batch_size=16,
                                output=tmp_path / "out", cache_dir=cache_dir, holdout=None, plugin_files=[plugin]))
     assert grid.spec.holdout == defaults.HOLDOUT > 0
+
+
+def test_the_report_names_each_hosted_method_below_clean_parity(tmp_path: Path) -> None:
+    from cirbench.report.calibration import parity_lines
+
+    (setting,) = load_results(_hosted_results(tmp_path / "a", {"tme": 0.57, "hug": 0.40})).settings
+    (line,) = parity_lines(setting)
+    assert "`hug` reaches 0.67 of `sprc`'s R@10" in line and "0.9" in line
+    (setting,) = load_results(_hosted_results(tmp_path / "b", {"tme": 0.57, "hug": 0.55})).settings
+    assert parity_lines(setting) == []

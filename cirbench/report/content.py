@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 import cirbench
-from cirbench.report.calibration import room_lines
+from cirbench.report.calibration import parity_lines, room_lines
 from cirbench.report.claims import Claim, claims_metric, claims_selection, paper_claims
 from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.forest import claims_forest
@@ -128,7 +128,7 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
         lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
         claims, metric = paper_claims(setting), claims_metric(setting)
         sections.append(Section(setting, at_a_glance(setting), tables, [f for f in figures if f not in lead], claims, metric,
-                                claims_selection(setting), room_lines(setting),
+                                claims_selection(setting), room_lines(setting) + parity_lines(setting),
                                 claims_forest(claims, output / setting.slug, metric), build_leaderboard(setting), lead))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (

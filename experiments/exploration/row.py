@@ -1,5 +1,6 @@
-"""Print one exploration row (issue 43) from a calibration results folder: the figures the
-exploration table compares, the ten checks' verdicts, and the mean ``sprc`` cell time."""
+"""Print one exploration row (issues 43, 55) from a calibration results folder: the figures
+the exploration table compares, every check's verdict, each hosted method's clean R@10 over
+``sprc``'s, and the mean cell time of ``sprc`` and of each hosted method."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cirbench.report.calibration import _per_seed, _reference, calibration_checks
+from cirbench.report.calibration import _per_seed, _reference, calibration_checks, hosted_clean_recall
 from cirbench.report.load import load_results
 
 
@@ -34,6 +35,10 @@ def row(results: Path) -> dict:
         "sprc kept 80/0": round(sprc[0.8] / sprc[0.0], 2),
         "sprc cell s": round(float(np.mean(cells.wall_seconds)), 1),
         "sprc s/step": round(float(np.mean(cells.seconds_per_step)), 3),
+        "hosted/sprc at 0%": {name: round(float(v.mean()) / sprc[0.0], 3)
+                              for name, v in hosted_clean_recall(setting, metric).items() if len(v)},
+        "cell s": {name: round(float(part.wall_seconds.mean()), 1)
+                   for name, part in runs[~runs.is_reference.astype(bool)].groupby("method")},
         "checks": {c.name: f"{c.verdict} {c.value:.3f}" for c in checks},
     }
 
