@@ -53,7 +53,7 @@ def frozen_parameters(params: list[nn.Parameter]) -> Iterator[None]:
 class MethodConfig:
     """Optimiser settings every method has; a method's own ``Config`` subclasses this.
 
-    ``lr`` None means the backbone's ``default_lr`` (3e-4 for ``tiny``, 1e-4 for ``clip``'s
+    ``lr`` None means the backbone's ``default_lr`` (1e-3 for ``tiny``, 1e-4 for ``clip``'s
     random composer, the papers' 1e-5 for BLIP-2). The schedule is a one-cycle cosine with ``warmup`` as its rising share.
     Out-of-range values raise ValueError when the config is built (before any work); a
     subclass with its own ``__post_init__`` calls ``super().__post_init__()``.

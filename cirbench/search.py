@@ -53,7 +53,7 @@ class Uniform:
 @dataclass(frozen=True)
 class ScaledLogUniform:
     """The default times ``10 ** U(log10 low, log10 high)``: for ``lr``, whose default is the
-    backbone's (1e-5 on BLIP-2, 3e-4 on ``tiny``), so that one space serves every backbone."""
+    backbone's (1e-5 on BLIP-2, 1e-3 on ``tiny``), so that one space serves every backbone."""
 
     low: float
     high: float

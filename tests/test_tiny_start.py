@@ -34,7 +34,7 @@ def test_the_shipped_start_has_its_recorded_digest_and_start_key(tmp_path: Path)
     assert backbone.start_key() == tiny_release.START_KEY
     assert backbone.start_key().startswith(backbone.tower_key() + "+cir-")  # the key keeps its meaning
     assert backbone.tower_key().startswith("tiny-pretrained-")  # the released start's tower is pre-trained
-    assert (backbone.hidden_size, backbone.num_query_tokens, len(backbone.layers)) == (64, 6, 2)  # its composer's shape
+    assert (backbone.hidden_size, backbone.num_query_tokens, len(backbone.layers)) == (64, 8, 2)  # its composer's shape
     assert tiny_pretrain.start_identity("cir") == tiny_pretrain.start_identity(None) == tiny_release.START_KEY
 
 

@@ -94,7 +94,7 @@ class TinyBackbone(Backbone):
     """The default CPU backbone (see the module docstring)."""
 
     name = "tiny"
-    default_lr = 3e-4  # the fine-tune's rate (docs/benchmark.md); the pre-trainings set their own
+    default_lr = 1e-3  # the fine-tune's rate (release 4, docs/benchmark.md); the pre-trainings set their own
 
     def __init__(
         self,

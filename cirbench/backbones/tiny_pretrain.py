@@ -68,10 +68,11 @@ TOWER_VERSION = "1"
 STAGE1_VERSION = "1"
 CIR_VERSION = "3"
 """v3: 2,400 steps on 6,000 scenes (v2: 600 on 2,000), converged on its own held-out task (docs/benchmark.md)."""
-START_SHAPE: dict[str, int] = {"hidden_size": 64, "embed_dim": 64, "num_query_tokens": 6}
+START_SHAPE: dict[str, int] = {"hidden_size": 64, "embed_dim": 64, "num_query_tokens": 8}
 """The released start's composer (the rest of :class:`TinyBackbone`'s defaults): width 64,
-half the fine-tune's cost of width 128 at the same regime; 6 query tokens (release 3), a
-training step in 0.87x the time of 8 (docs/benchmark.md)."""
+half the fine-tune's cost of width 128 at the same regime; 8 query tokens (release 4, as
+release 2; release 3 had 6, whose composer at the fine-tune's rate of release 4 leaves
+``sprc`` too little to lose at 50% noise: docs/benchmark.md)."""
 PRETRAIN_THREADS = 2
 """Threads every pre-training runs on, whatever the caller's: a CPU matrix product's
 reductions depend on the thread count, so one seed gave two starts (the stage-1 composer

@@ -1,6 +1,6 @@
 """The released ``tiny`` start (``--weights cir``): written by ``cirbench start rebuild --write``, not by hand."""
 
-RELEASE = 3
-FILE = 'tiny-cir-v3.pt'
-SHA256 = 'e4e823f03944889037d25083f84a0478adbdd9686eccb59d5bf752d27b33763c'
-START_KEY = 'tiny-pretrained-1dabed60+cir-92ef6804'
+RELEASE = 4
+FILE = 'tiny-cir-v4.pt'
+SHA256 = '167e0f407631aca6d060c86ea29f500167dfd13b22b52271b8cf7333e4d11a1d'
+START_KEY = 'tiny-pretrained-5ba3bd02+cir-e5593561'
