@@ -93,3 +93,21 @@ def test_a_report_folder_is_a_reference_too(reference: Path, cache_dir: Path, tm
     assert result.exit_code == 2
     err = result.output
     assert str(broken) in err and "missing column(s) holdout" in err
+
+
+def test_a_reference_from_another_start_is_refused_before_any_work(reference: Path, cache_dir: Path, tmp_path: Path) -> None:
+    """A report made from another release of the start is another benchmark: refused (exit 2),
+    naming both starts, and no cell is re-run."""
+    other = tmp_path / "other-start"
+    shutil.copytree(reference, other)
+    store = ResultsStore(other)
+    for run_id in store.read("runs").run_id:
+        part = store.part("runs", run_id)
+        runs = pd.read_parquet(part)
+        runs["start_key"] = "tiny-pretrained-00000000+cir-00000000"
+        runs.to_parquet(part, index=False)
+    scratch = tmp_path / "scratch"
+    result = _check(other, scratch, cache_dir)
+    assert result.exit_code == 2, result.output
+    assert "tiny-pretrained-00000000+cir-00000000" in result.output and "another benchmark" in result.output
+    assert not scratch.exists() or not any(scratch.iterdir())

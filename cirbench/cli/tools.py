@@ -155,12 +155,15 @@ def reproduce(
     """Re-run a few cells of a report's setting here and check that their final metrics fall
     within the report's spread over seeds: does this machine reproduce it? Exit 0 when every
     cell does, 1 when one does not, 2 when the reference cannot answer (no such cells, one seed)."""
-    from cirbench.report.reproduce_check import ReferenceFolderError, compare, load_reference, setting_of, verdict_lines
+    from cirbench.backbones import tiny_release
+    from cirbench.report.reproduce_check import (ReferenceFolderError, check_same_start, compare, load_reference, setting_of,
+                                                 verdict_lines)
 
     wanted, grid_fields = _reproduced_setting(methods, noise, seeds, dataset)
     metric_names = split_list(metrics, str, "--metrics")
     try:
         runs, table = load_reference(reference, wanted, metric_names)
+        check_same_start(runs, tiny_release.START_KEY)  # the default backbone and weights: the released tiny start
         epochs, holdout = int(setting_of(runs, "epochs", epochs)), setting_of(runs, "holdout", holdout)
         scratch = scratch or Path(tempfile.mkdtemp(prefix="cirbench-reproduce-"))
         console.print(f"re-running cells ({epochs} epochs, held-out share {holdout:g}) into {scratch}")

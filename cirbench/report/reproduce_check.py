@@ -105,6 +105,18 @@ def load_reference(path: Path, wanted: Wanted, metrics: list[str]) -> tuple[pd.D
         raise ReferenceFolderError(f"{path}: {exc}") from exc
 
 
+def check_same_start(runs: pd.DataFrame, start_key: str) -> None:
+    """Refuse a reference whose cells record a start other than ``start_key`` (the start the
+    re-run cells load): another start is another benchmark, whose numbers no re-run here
+    can reproduce. References that record no start (written before the key existed) pass."""
+    recorded = sorted(set(runs.get("start_key", pd.Series(dtype=str)).fillna("").astype(str)) - {""})
+    if recorded and start_key not in recorded:
+        raise ReferenceFolderError(
+            f"the reference's cells start from {', '.join(recorded)}, and this installation's start is {start_key}: "
+            "another start is another benchmark (docs/benchmark.md#run-ids); reproduce a report made from this start, "
+            "or install the version of cirbench that released the reference's")
+
+
 def setting_of(runs: pd.DataFrame, column: str, given: float | None) -> float:
     """``given``, else the one value of ``column`` in the reference ``runs``."""
     if given is not None:
