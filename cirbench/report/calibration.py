@@ -238,7 +238,7 @@ def _hosted_learn(setting: Setting, clean: pd.Series, metric: str) -> Check:
     figure = f"worst hosted method's {label} / {base} {label} at 0% (each above {ZERO_SHOT_ROW})"
     if not shares or not math.isfinite(reference):
         return _check("every hosted method learns", figure, float("nan"), HOSTED_SHARE, None,
-                      "hosted methods not run at 0% (cirbench calibrate --hosted runs them)", measurable=False)
+                      "hosted methods not run at 0% (cirbench calibrate runs them unless --no-hosted)", measurable=False)
     worst = min(shares.values())
     below_start = [name for name, v in hosted.items() if not float(v.mean()) > start]
     detail = ", ".join(f"{name} {shares[name]:.2f} ({float(hosted[name].mean()):.3f})" for name in sorted(shares))
