@@ -261,7 +261,8 @@ def list_(
     for name in registry:
         entry = registry.entry(name)
         if what == "methods":
-            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
+            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle),
+                                     ("reads the noise rate", entry.obj.reads_noise_rate)) if on]
             description = f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})"
         else:
             description = getattr(entry.obj, "description", "")

@@ -102,7 +102,8 @@ def base_row(spec: GridSpec, cell: Cell, started: dt.datetime) -> dict:
     return {
         "status": "failed", "error": "", "config": json.dumps(config_to_dict(cell.config), sort_keys=True),
         "method_version": cell.method_cls.version, "method_source": cell.source,
-        "is_oracle": bool(cell.method_cls.oracle), "is_reference": False, "role": method_role(cell.method_cls),
+        "is_oracle": bool(cell.method_cls.oracle), "reads_noise_rate": bool(cell.method_cls.reads_noise_rate),
+        "is_reference": False, "role": method_role(cell.method_cls),
         "partitions": bool(cell.method_cls.partitions),
         "package_version": cirbench.__version__, "git_commit": git_commit(),
         "package_versions": package_versions(), "torch_version": torch.__version__,

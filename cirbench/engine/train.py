@@ -142,6 +142,7 @@ def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, 
         seed=seed, device=device,
         iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
         noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+        noise_rate=float(manifest.rate) if method_cls.reads_noise_rate else None,
         pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
         evaluated_targets=evaluated_targets,
     )
@@ -217,10 +218,10 @@ def train_cell(
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
-    manifest's flags (``manifest``: of ``noisy_train``) are used here for purity and handed
-    to the method only if it is an oracle. ``holdout``: the held-out split settled with the
-    noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train`` is its ``train`` part),
-    whose queries are evaluated after every epoch too. ``hooks``: the loop's events
+    manifest's flags (``manifest``: of ``noisy_train``) are used for purity and given to an
+    oracle only, its rate to a method that ``reads_noise_rate`` only. ``holdout``: the held-out
+    split settled with the noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train``
+    is its ``train`` part), evaluated after every epoch too. ``hooks``: the loop's events
     (:mod:`cirbench.engine.hooks`), for a profiler. Under ``torchrun``
     (:mod:`cirbench.engine.distributed`) every rank runs this with the same arguments; the
     backbone's passes are sharded and the result is one process's with the same global batch.
