@@ -75,15 +75,15 @@ def checked(cache_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def ran(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pd.DataFrame, Path]:
+def ran(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pd.DataFrame, Path, str]:
     """``cirbench run`` of every broken plugin at 50% noise on shapes-mini: its output
-    (whitespace runs as one space), its runs table and its results folder."""
+    (whitespace runs as one space), its runs table, its results folder and its output as printed."""
     out = tmp_path_factory.mktemp("broken") / "results"
     result = CliRunner().invoke(app, ["run", "--plugin", str(BROKEN), "--methods", ",".join(CASES), "--noise", "0.5",
                                       "--dataset", "shapes-mini", "--epochs", "1", "--batch-size", "64", "--output", str(out),
                                       "--cache-dir", str(cache_dir)], catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    return flat(result.output), pd.read_parquet(out / "runs").set_index("method"), out
+    return flat(result.output), pd.read_parquet(out / "runs").set_index("method"), out, result.output
 
 
 def test_every_rule_has_a_broken_plugin_and_each_plugin_a_case() -> None:
@@ -97,8 +97,8 @@ def test_check_plugin_refuses_it_naming_the_method_and_the_field(method: str, ch
 
 
 @pytest.mark.parametrize("method", sorted(CASES))
-def test_a_run_stops_its_cell_with_the_same_message(method: str, ran: tuple[str, pd.DataFrame, Path]) -> None:
-    output, runs, _ = ran
+def test_a_run_stops_its_cell_with_the_same_message(method: str, ran: tuple[str, pd.DataFrame, Path, str]) -> None:
+    output, runs, _, _ = ran
     row = runs.loc[method]
     assert row.status == "failed" and row.steps == 0
     last = row.error.strip().splitlines()[-1]
@@ -109,8 +109,14 @@ def test_a_run_stops_its_cell_with_the_same_message(method: str, ran: tuple[str,
     assert "cirbench results errors --results" in output
 
 
-def test_the_whole_error_is_printed_by_results_errors(ran: tuple[str, pd.DataFrame, Path]) -> None:
-    _, runs, folder = ran
+def test_the_summary_table_is_whole_in_a_log(ran: tuple[str, pd.DataFrame, Path, str]) -> None:
+    """Not a terminal (here, a log): rich assumed 80 columns and cut the table's last columns."""
+    header = next(line for line in ran[3].splitlines() if "┃ method" in line)
+    assert len(header) > 80 and header.split()[-2:] == ["AUROC", "┃"]
+
+
+def test_the_whole_error_is_printed_by_results_errors(ran: tuple[str, pd.DataFrame, Path, str]) -> None:
+    _, runs, folder, _ = ran
     result = CliRunner().invoke(app, ["results", "errors", "--results", str(folder), runs.loc["argsort_mask", "run_id"]])
     assert result.exit_code == 0 and "Traceback" in result.output and "MethodContractError" in result.output
     every = CliRunner().invoke(app, ["results", "errors", "--results", str(folder)])
