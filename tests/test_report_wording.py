@@ -48,8 +48,8 @@ def test_without_a_perfect_filter_the_gain_figure_says_the_cap_is_not_measured_a
     write_results(tmp_path / "results", methods=("sprc", "robust"))
     page = " ".join((build_report(tmp_path / "results", tmp_path / "report").parent / "report.md").read_text().split())
     assert "no perfect filter in these results: the cap is not measured" not in page  # the title is drawn, not written
-    assert ("No perfect filter (a method with the role perfect_filter, e.g. oracle) is in these results, so the cap, what a "
-            "method that only removes noise can win here, is not measured") in page
+    assert ("No perfect filter (a method with the role perfect_filter) is in these results, so the cap, what a method "
+            "that only removes noise can win here, is not measured") in page
     assert "The dashed black line" not in page
     claims = page.split("Do the papers' claims hold here?", 2)[-1].split("<a id=", 1)[0]
     assert claims.strip().startswith("None of the 12 claims could be checked here: the methods they compare (conesep, ")

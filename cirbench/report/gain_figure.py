@@ -112,5 +112,5 @@ def _cap_caption(measured: bool) -> str:
     if measured:
         return ("The dashed black line at each rate is the perfect filter's gain, trained on the truly clean triplets "
                 "only: what a method that only removes noise can win here.")
-    return ("No perfect filter (a method with the role perfect_filter, e.g. oracle) is in these results, so the cap, what "
-            "a method that only removes noise can win here, is not measured: add oracle to the grid to draw it.")
+    return ("No perfect filter (a method with the role perfect_filter) is in these results, so the cap, what a method "
+            "that only removes noise can win here, is not measured: add the perfect filter to the grid to draw it.")
