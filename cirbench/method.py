@@ -16,6 +16,9 @@ once per cell with a fresh backbone, hands it :class:`Batch` objects, and calls:
 Methods never see the ground-truth noise flags: a :class:`Batch` carries ids, cached image
 tokens and (possibly corrupted) texts. Only a method that sets ``oracle = True`` is given
 the flags, in :attr:`TrainingContext.noise_flags`, and its results are marked as oracle.
+Nor are they told the configured noise rate, which real data does not come with: only a
+method that declares ``reads_noise_rate = True`` is given it, in
+:attr:`TrainingContext.noise_rate`, and its results are marked as told the rate.
 """
 
 from __future__ import annotations
@@ -139,6 +142,10 @@ class TrainingContext:
     passes such as TME's per-sample loss; call it under ``torch.no_grad()``."""
     noise_flags: np.ndarray | None = None
     """The true per-sample noise flags: given to oracle methods only."""
+    noise_rate: float | None = None
+    """The cell's configured noise rate (``--noise``): given only to a method that declares
+    :attr:`Method.reads_noise_rate` (privileged information, marked in the report), None for
+    every other."""
     pixels: Callable[[torch.Tensor, str], torch.Tensor] | None = None
     """``pixels(index, role)``: the frozen tower's input (B, C, H, W) on ``device`` of the
     ``role`` image (``"reference"`` or ``"target"``) of each training sample at ``index``
@@ -170,6 +177,11 @@ class Method(nn.Module):
     scores_noise: ClassVar[bool] = False
     """True if the method gives per-sample noise scores without partitioning (HUG)."""
     oracle: ClassVar[bool] = False
+    reads_noise_rate: ClassVar[bool] = False
+    """True if the method reads the configured noise rate (:attr:`TrainingContext.noise_rate`,
+    e.g. Co-teaching's forget rate): privileged information real data does not come with, so
+    it is withheld from every other method, recorded in each run (``runs.reads_noise_rate``)
+    and marked in the report's tables, as the perfect filter's ground truth is."""
     role: ClassVar[str] = ""
     """The part the method plays in the report, if any (a name of
     :data:`cirbench.results.roles.ROLES`: ``baseline``, ``perfect_filter``), recorded in each

@@ -22,7 +22,9 @@ where every module that resolves a name finds them. Built-ins win a name collisi
 loser is reported); a plugin that fails to import is reported and fails only when it is
 selected, except a file the user named (``plugin_files``: ``--plugin``), which is an error
 (:attr:`Discovery.errors`, refused by the grid before any work): a file or folder that is
-missing, does not import, or defines no usable plugin. A class that does not implement its
+missing, does not import, or defines no usable plugin, or a plugin whose name another
+plugin (a built-in, one of ``CIRBENCH_PLUGINS``, an entry point or another named file)
+has too. A class that does not implement its
 kind's required method (``training_step``, ``__call__``, ``propose``) is never registered
 (``Method`` is an ``nn.Module``: ``@abstractmethod`` is not enforced).
 """
@@ -99,6 +101,9 @@ class Discovery:
     problems: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     found: list[tuple[str, str, str]] = field(default_factory=list)
+    named: set[tuple[str, str]] = field(default_factory=set)
+    """The (kind, name) of every plugin of a file the user named (``plugin_files``): a name
+    another plugin takes too is an error, whichever was found first."""
 
     @property
     def registries(self) -> dict[str, Registry[Any]]:
@@ -195,8 +200,13 @@ def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: 
         winner = registry.entry(cls.name).source
         if winner == source:  # the same file found again (a second discovery in this process): no collision
             discovery.found.append((kind.name, cls.name, source))
+            discovery.named.update([(kind.name, cls.name)] if strict else [])
         else:
             discovery.problems.append(f"{kind.name} {cls.name!r} from {source} ignored: the name is taken by {winner}")
+            if strict:
+                discovery.errors.append(name_clash(kind.name, cls.name, source, winner))
+            elif (kind.name, cls.name) in discovery.named:
+                discovery.errors.append(name_clash(kind.name, cls.name, winner, source))
         return
     try:
         registry.register(cls, source)
@@ -204,6 +214,14 @@ def _register(discovery: Discovery, kind: Kind, cls: type, source: str, strict: 
         _broken(discovery, registry, cls.name, str(exc), strict)
         return
     discovery.found.append((kind.name, cls.name, source))
+    discovery.named.update([(kind.name, cls.name)] if strict else [])
+
+
+def name_clash(kind: str, name: str, named: str, other: str) -> str:
+    """The error of two plugins of one ``kind`` and ``name``, one (from ``named``) in a file
+    the user named: both sources, and the way out."""
+    return (f"--plugin {named.removeprefix('file ')}: {kind} {name!r} has the name of {kind} {name!r} of {other}: "
+            "one name, two plugins; give the plugin of your file another `name` (nothing was run)")
 
 
 def _short_error(exc: BaseException) -> str:

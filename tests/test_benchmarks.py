@@ -41,6 +41,13 @@ def test_cell_profile_prints_each_cells_parts(scripts, cache_dir: Path, tmp_path
     assert row.count("%") == 6
 
 
+def test_step_rules_cost_prints_each_methods_ratio(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
+    scripts("step_rules_cost").main(["--methods", "sprc,oracle", "--dataset", "shapes-mini", "--max-steps", "2",
+                                     "--repeats", "2", "--cache-dir", str(cache_dir), "--output", str(tmp_path / "r")])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "check / step" in line]
+    assert [line.split()[0] for line in lines] == ["sprc", "oracle"] and all("completed, 2 steps" in line for line in lines)
+
+
 def test_grid_time_prints_each_methods_ratios(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
     scripts("grid_time").main(["--methods", "sprc", "--noise", "0.5", "--dataset", "shapes-mini", "--epochs", "1",
                                "--rounds", "1", "--cache-dir", str(cache_dir), "--work", str(tmp_path)])

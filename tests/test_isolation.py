@@ -1,4 +1,6 @@
-"""Methods never see the ground-truth noise flags; only a declared oracle does."""
+"""Methods never see the ground-truth noise flags, nor the configured noise rate; only a
+declared oracle sees the flags, and only a method that declares ``reads_noise_rate`` the rate
+(``tests/test_told_rate.py``)."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def test_batches_and_context_carry_no_flags(cache_dir: Path) -> None:
     assert Spy.seen
     assert {f.name for f in dataclasses.fields(Batch)} == {"index", "reference", "target", "text", "texts"}
     batch, context = Spy.seen[0]
-    assert context.noise_flags is None
+    assert context.noise_flags is None and context.noise_rate is None
     for value in [*vars(batch).values(), *vars(context).values()]:
         assert not isinstance(value, (NoiseManifest, pd.DataFrame))
     # the method trains on the corrupted split: its texts are the noisy ones

@@ -69,11 +69,37 @@ def test_plugins_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "envmethod" in plugins.discover().methods
 
 
-def test_builtin_wins_a_name_collision(tmp_path: Path) -> None:
+def test_builtin_wins_a_name_collision_of_a_discovered_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin of ``CIRBENCH_PLUGINS`` (or an entry point) named like a built-in is ignored, with a warning."""
+    monkeypatch.setenv(plugins.PLUGINS_ENV, str(write_plugin(tmp_path, "sprc", filename="fake_sprc.py")))
+    d = plugins.discover()
+    assert d.methods.entry("sprc").source == "built-in sprc.py" and d.errors == []
+    assert any("'sprc'" in p and "ignored" in p for p in d.problems)
+
+
+def test_a_named_file_whose_name_is_taken_is_an_error_naming_both(tmp_path: Path) -> None:
+    """The user named the file: its method must be the one that runs, so a taken name is refused."""
     path = write_plugin(tmp_path, "sprc", filename="fake_sprc.py")
     d = plugins.discover([path])
     assert d.methods.entry("sprc").source == "built-in sprc.py"
-    assert any("'sprc'" in p and "ignored" in p for p in d.problems)
+    assert d.errors == [f"--plugin {path.resolve()}: method 'sprc' has the name of method 'sprc' of built-in sprc.py: one "
+                        "name, two plugins; give the plugin of your file another `name` (nothing was run)"]
+
+
+def test_a_named_file_clashing_with_another_plugin_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    first, second = write_plugin(tmp_path / "a", "twin"), write_plugin(tmp_path / "b", "twin")
+    assert any(f"of file {first.resolve()}" in e for e in plugins.discover([first, second]).errors)
+    assert plugins.discover([second, second]).errors == []  # one file named twice is one plugin
+    monkeypatch.setenv(plugins.PLUGINS_ENV, str(first))  # the environment's is found first: the named file clashes
+    assert any(f"--plugin {second.resolve()}: method 'twin'" in e for e in plugins.discover([second]).errors)
+    monkeypatch.delenv(plugins.PLUGINS_ENV)
+    module = plugins.load_plugin_file(first)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [FakeEntryPoint("twin", module.Mine)]
+                        if group == plugins.METHOD_ENTRY_POINT_GROUP else [])
+    errors = plugins.discover([second]).errors  # the named file first, then a package's entry point of its name
+    assert errors and "package cirbench-extra 0.4" in errors[0] and f"--plugin {second.resolve()}" in errors[0]
 
 
 def test_broken_plugin_is_reported_and_fails_only_when_selected(tmp_path: Path) -> None:

@@ -399,6 +399,7 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
 
     monkeypatch.setattr(grid_module, "Grid", DoneGrid)
     monkeypatch.setattr("cirbench.engine.runner.check_grid", lambda grid, announce: None)  # a fake grid: no plugins to check
+    monkeypatch.setattr("cirbench.engine.runner.refuse_another_evaluation", lambda grid: None)  # nor a dataset to load
     result = CliRunner().invoke(app, ["run", "--methods", "sprc", "--noise", "0.2", "--output", str(root),
                                       "--report", "--report-dir", str(tmp_path / "after")])
     assert result.exit_code == 0, result.output

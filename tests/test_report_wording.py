@@ -37,3 +37,20 @@ def test_the_detection_wording_is_the_protocols(protocol: str, types: list[str],
 @pytest.mark.parametrize("epochs, text", [([1], "1 epoch,"), ([2], "2 epochs,"), ([1, 3], "1/3 epochs,")])
 def test_the_heading_pluralises_epochs(epochs: list[int], text: str) -> None:
     assert text in setting("thirds", [], epochs).describe()
+
+
+def test_without_a_perfect_filter_the_gain_figure_says_the_cap_is_not_measured_and_unrunnable_claims_are_a_line(
+        tmp_path: Path) -> None:
+    """A plugin's grid (issue 58): its baseline and its own method, no perfect filter, none of the papers' methods."""
+    from cirbench.report import build_report
+    from test_report import write_results
+
+    write_results(tmp_path / "results", methods=("sprc", "robust"))
+    page = " ".join((build_report(tmp_path / "results", tmp_path / "report").parent / "report.md").read_text().split())
+    assert "no perfect filter in these results: the cap is not measured" not in page  # the title is drawn, not written
+    assert ("No perfect filter (a method with the role perfect_filter) is in these results, so the cap, what a method "
+            "that only removes noise can win here, is not measured") in page
+    assert "The dashed black line" not in page
+    claims = page.split("Do the papers' claims hold here?", 2)[-1].split("<a id=", 1)[0]
+    assert claims.strip().startswith("None of the 12 claims could be checked here: the methods they compare (conesep, ")
+    assert "not run" not in claims and "Verdict rule" not in claims

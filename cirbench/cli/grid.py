@@ -128,7 +128,8 @@ def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str])
 
 
 def print_summary(grid, outcomes: list) -> None:
-    """The run summary table of ``outcomes`` as the store holds them."""
+    """The run summary table of ``outcomes`` as the store holds them, then each failed cell's
+    error whole and where its traceback is."""
     import cirbench.cli.show as show
     from cirbench.engine.spec import backbone_label, dataset_label
     from cirbench.results.store import ResultsFolderError
@@ -142,6 +143,7 @@ def print_summary(grid, outcomes: list) -> None:
     spec = grid.spec
     show.summary(console, summary, f"cirbench run: {dataset_label(spec)} / {backbone_label(spec)} / "
                                    f"{spec.noise_protocol} -> {spec.output}")
+    show.failures(console, [(o.cell.key, o.error) for o in outcomes if o.status == "failed"], str(spec.output))
 
 
 def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[Path], fields: dict):

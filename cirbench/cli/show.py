@@ -124,9 +124,30 @@ class GridProgress:
         self.progress.update(task, completed=1, status=status)
 
 
+def whole(console: Console, renderable: Any) -> None:
+    """Print ``renderable`` (a table) whole: in a terminal at its width, elsewhere (a log, a
+    pipe, where rich assumes 80 columns) at the renderable's own width, so no column is cut."""
+    natural = console.measure(renderable, options=console.options.update_width(10_000)).maximum
+    if console.is_terminal or natural <= console.width:
+        console.print(renderable)
+        return
+    Console(file=console.file, width=natural, quiet=console.quiet, color_system=None).print(renderable)
+
+
+def failures(console: Console, failed: list[tuple[Any, str]], results: str) -> None:
+    """The error of each failed cell (key, one-line error) whole, and the command that prints
+    its whole record (the traceback in ``runs.error``)."""
+    for key, error in failed:
+        noise = "ref" if math.isnan(key.noise_rate) else f"{key.noise_rate:g}"
+        console.print(f"[red]failed:[/] {escape(f'{key.method} noise={noise} seed={key.seed}: {error}')}", soft_wrap=True)
+    if failed:
+        console.print(f"the whole error of a failed cell (its traceback) is in its runs row (runs.error): "
+                      f"cirbench results errors --results {escape(results)}", soft_wrap=True)
+
+
 def summary(console: Console, run: RunSummary, title: str) -> None:
-    """The run summary table after a grid, its warnings first and its flags (collapsed, kept
-    set below chance) after."""
+    """The run summary table after a grid (whole: :func:`whole`), its warnings first and its
+    flags (collapsed, kept set below chance) after."""
     for run_id, count in run.nonfinite:
         console.print(f"[yellow]warning:[/] {escape(run_id)}: {count} validation queries had a NaN or "
                       "infinite score (counted as misses where the target's score is one)")
@@ -145,7 +166,7 @@ def summary(console: Console, run: RunSummary, title: str) -> None:
             " ".join([row.status, *(name for name, _ in flags)]),
             *(_fmt(v) for v in row.recall.values()), _fmt(row.purity), _fmt(row.auroc),
         )
-    console.print(table)
+    whole(console, table)
     for line in flagged:  # flags, not failures: the numbers above stay (docs/report.md)
         console.print(line)
 

@@ -58,6 +58,30 @@ def results_verify(
     raise typer.Exit(1)
 
 
+@results_app.command("errors")
+def results_errors(
+    results: Results = Path("results"),
+    run_id: Optional[str] = typer.Argument(None, help="One cell's run id (default: every failed cell)."),
+) -> None:
+    """Print the whole error (its traceback, runs.error) of every failed cell of a results
+    folder, or of one cell; the run's summary shows only each error's last line."""
+    from cirbench.results.store import ResultsFolderError, ResultsStore
+
+    try:
+        runs = ResultsStore(results).read("runs", None if run_id is None else [run_id])
+    except ResultsFolderError as exc:
+        fail(str(exc))
+    shown = runs[runs.error.fillna("").astype(str) != ""] if run_id else runs[runs.status == "failed"]
+    if run_id and runs.empty:
+        fail(f"{results}: no cell {run_id!r} (its runs part {results / 'runs' / (run_id + '.parquet')} does not exist)")
+    for row in shown.sort_values("finished").itertuples(index=False):
+        console.rule(f"{row.run_id} ({row.status}, {row.finished})", characters="-")
+        console.print(str(row.error), markup=False, highlight=False, soft_wrap=True)
+    if shown.empty:
+        console.print(escape(f"{run_id}: no error recorded (status {runs.status.iloc[0]})" if run_id
+                             else f"{results}: no failed cell"))
+
+
 data_app = typer.Typer(no_args_is_help=True, help="Check dataset files.")
 
 
@@ -240,7 +264,8 @@ def list_(
     for name in registry:
         entry = registry.entry(name)
         if what == "methods":
-            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle)) if on]
+            flags = [f for f, on in (("partitions", entry.obj.partitions), ("oracle", entry.obj.oracle),
+                                     ("reads the noise rate", entry.obj.reads_noise_rate)) if on]
             description = f"{entry.obj.paper} (v{entry.obj.version}{', ' + ', '.join(flags) if flags else ''})"
         else:
             description = getattr(entry.obj, "description", "")

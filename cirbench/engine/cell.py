@@ -29,7 +29,7 @@ from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
-from cirbench.engine.evaluate import Evaluation, evaluate, metrics_frame
+from cirbench.engine.evaluate import METRICS_VERSION, Evaluation, evaluate, metrics_frame
 from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -102,13 +102,15 @@ def base_row(spec: GridSpec, cell: Cell, started: dt.datetime) -> dict:
     return {
         "status": "failed", "error": "", "config": json.dumps(config_to_dict(cell.config), sort_keys=True),
         "method_version": cell.method_cls.version, "method_source": cell.source,
-        "is_oracle": bool(cell.method_cls.oracle), "is_reference": False, "role": method_role(cell.method_cls),
+        "is_oracle": bool(cell.method_cls.oracle), "reads_noise_rate": bool(cell.method_cls.reads_noise_rate),
+        "is_reference": False, "role": method_role(cell.method_cls),
         "partitions": bool(cell.method_cls.partitions),
         "package_version": cirbench.__version__, "git_commit": git_commit(),
         "package_versions": package_versions(), "torch_version": torch.__version__,
         "device": f"{spec.device} ({platform.processor() or platform.machine()})"
         + (f" {spec.precision}" if spec.precision != "fp32" else "") + (f" x{world_size()} ranks" if world_size() > 1 else ""),
         "dataset_key": "", "noise_manifest_hash": "", "noise_manifest_path": "", "eval_protocol": "",
+        "metrics_version": METRICS_VERSION,
         "n_train": 0, "n_noisy": 0, "epochs": spec.epochs, "started": started.isoformat(),
         "finished": "", "wall_seconds": 0.0, "steps": 0, "model_seconds": 0.0, "seconds_per_step": float("nan"),
         "n_dropped": 0, "dropped_path": "", "checkpoint_path": "", "n_warnings": 0,

@@ -9,7 +9,9 @@ file defines; ``tests/test_plugin_kinds.py`` runs them on every registered one.
   for every sample, nothing at rate 0, and a manifest whose noisy samples carry a type;
 - a backbone builds the same model from the same seed and composes queries and targets of
   one width, and a method trains on it for an epoch through the real loop;
-- a method trains for an epoch through the real loop with finite losses and sane recalls.
+- a method trains for an epoch through the real loop, every step's output checked against
+  the contract (:mod:`cirbench.engine.step_rules`, whose message is printed as the cell
+  would stop with it), with finite losses and sane recalls.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from cirbench.data.noise_rules import NoiseProtocolError, proposal_problems
 from cirbench.data.proposal import NoiseContext, NoiseProtocol
 from cirbench.data.registry import ShapesLoader
 from cirbench.engine.features import image_tokens
+from cirbench.engine.step_rules import MethodContractError
 from cirbench.engine.train import train_cell
 from cirbench.method import Method
 from cirbench.plugins import discover
@@ -167,14 +170,17 @@ def check_plugin_file(path: Path, cache_dir: Path) -> dict[str, list[str]]:
     for kind, name in own:
         try:
             results[f"{kind} {name}"] = checks[kind](name)
+        except MethodContractError as exc:  # the message a cell that breaks the contract stops with
+            results[f"{kind} {name}"] = [str(exc)]
         except Exception as exc:  # a plugin that raises has that as its problem
             results[f"{kind} {name}"] = [f"raised {type(exc).__name__}: {exc}"]
     return results
 
 
 CHECKED = {
-    "method": "trained one epoch on tiny (random start) at 50% noise: finite losses, recalls in [0, 1], a per-sample view "
-              "if it partitions or scores noise",
+    "method": "trained one epoch on tiny (random start) at 50% noise: every step's output as the contract wants it "
+              "(a scalar loss that requires grad and is finite; a boolean mask and finite float scores of the batch's "
+              "length, or None), recalls in [0, 1], a per-sample view if it partitions or scores noise",
     "dataset": "loaded twice (deterministic, its key() the loaded key), at least 2 training and 1 validation triplets, str "
                "texts, a gallery of in-range images per group holding every target, uint8 (H, W, 3) images",
     "noise protocol": "one in-range value per sample, deterministic in rng, nothing noisy at rate 0 and something at 0.5, one "

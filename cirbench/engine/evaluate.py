@@ -17,6 +17,15 @@ from cirbench.engine.retrieval import rank_and_ties, recall_at, subset_scores
 from cirbench.method import Method
 
 
+METRICS_VERSION = "1"
+"""The version of the metric code: the ranks, ties and recalls of this module and of
+:mod:`cirbench.engine.retrieval`, and the datasets' summary rows. Bump it with any change
+that moves a metric: every run records it (``runs.metrics_version``) and a results folder's
+finished cells measured under another version are refused, not reused
+(:mod:`cirbench.engine.reuse`; docs/benchmark.md#run-ids). Runs written before it was
+recorded read as version 1."""
+
+
 def _encode_in_chunks(fn, n: int, chunk: int) -> torch.Tensor:
     return torch.cat([fn(slice(s, min(s + chunk, n))) for s in range(0, n, chunk)])
 

@@ -108,14 +108,10 @@ def noise_tables(
 
 
 def _record_extra_scores(out: StepOutput, index: np.ndarray, extra: dict[str, np.ndarray], n: int) -> None:
-    """Copy a step's ``extra_scores`` into the epoch's per-name arrays (NaN where unseen)."""
+    """Copy a step's ``extra_scores`` (checked: :mod:`cirbench.engine.step_rules`) into the
+    epoch's per-name arrays (NaN where unseen)."""
     for name, values in out.extra_scores.items():
-        if name == MAIN_SCORE:
-            raise ValueError(f"extra_scores may not be named {MAIN_SCORE!r}: that is StepOutput.noise_score")
-        values = values.detach().float().cpu().numpy().reshape(-1)
-        if len(values) != len(index):
-            raise ValueError(f"extra score {name!r} has {len(values)} values for a batch of {len(index)}")
-        extra.setdefault(name, np.full(n, np.nan))[index] = values
+        extra.setdefault(name, np.full(n, np.nan))[index] = values.detach().float().cpu().numpy()
 
 
 class EpochRecorder:
@@ -139,21 +135,23 @@ class EpochRecorder:
         self.nonfinite = 0
 
     def start_epoch(self, partition: Partition | None) -> None:
-        """Begin an epoch from the method's epoch-level ``partition`` (or none: per-step views)."""
+        """Begin an epoch from the method's epoch-level ``partition`` (checked against the
+        contract: a boolean mask and a float score per sample; or none: per-step views)."""
         n = self.n
-        self.score = np.full(n, np.nan) if partition is None else np.asarray(partition.noise_score, dtype=float).copy()
-        self.selected = None if partition is None else np.asarray(partition.selected_clean, dtype=bool).copy()
+        self.score = np.full(n, np.nan) if partition is None else np.array(partition.noise_score, dtype=float)
+        self.selected = None if partition is None else np.array(partition.selected_clean)
         self.seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
         self.extra: dict[str, np.ndarray] = {}
 
     def record_step(self, epoch: int, step: int, index: np.ndarray, out: StepOutput) -> None:
-        """A step's per-sample view of its batch ``index`` and its losses."""
+        """A step's per-sample view of its batch ``index`` and its losses, as the step gave them
+        (checked against the contract before: :mod:`cirbench.engine.step_rules`; nothing is cast)."""
         if out.noise_score is not None:
             self.score[index] = out.noise_score.detach().float().cpu().numpy()
         if out.selected_clean is not None:
             if self.selected is None:
                 self.selected = np.ones(self.n, dtype=bool)
-            self.selected[index] = out.selected_clean.detach().cpu().numpy().astype(bool)
+            self.selected[index] = out.selected_clean.detach().cpu().numpy()
             self.seen_selected[index] = True
         _record_extra_scores(out, index, self.extra, self.n)
         self.losses.append({"epoch": epoch, "step": step, "name": "total", "value": float(out.loss.detach())})

@@ -21,6 +21,7 @@ from cirbench.engine.cell import CellOutcome, run_cell, run_reference
 from cirbench.engine.grid import Grid
 from cirbench.engine.grid_checks import check_grid
 from cirbench.engine.resources import refuse_another_start
+from cirbench.engine.reuse import refuse_another_evaluation
 from cirbench.engine.spec import Cell, backbone_label
 from cirbench.engine.worker import default_jobs, run_in_processes
 from cirbench.results.locks import live_holder
@@ -89,12 +90,15 @@ def preflight(grid: Grid, announce: Callable[[str], None] = print) -> Preflight 
     """Before any cell runs: refuse a results folder holding runs from another start of the
     backbone (:class:`~cirbench.engine.resources.StartMismatchError`), then load the dataset and
     apply the static checks of :mod:`cirbench.engine.grid_checks` (the dataset's rules, the
-    methods' needs of the backbone, every manifest of the grid), so that a failure stops
-    the run here (PluginCheckError, DatasetProblemsError, ValueError or OSError). What a
-    dataset read from the user's files dropped or warned of; None for a generated one."""
+    methods' needs of the backbone, every manifest of the grid), then refuse finished cells
+    of the grid measured under another evaluation (:mod:`cirbench.engine.reuse`), so that a
+    failure stops the run here (PluginCheckError, DatasetProblemsError, ValueError or
+    OSError). What a dataset read from the user's files dropped or warned of; None for a
+    generated one."""
     spec = grid.spec
     refuse_another_start(grid.store, backbone_label(spec), spec.backbone, spec.seeds[0], spec.cache_dir, spec.weights)
     check_grid(grid, announce)
+    refuse_another_evaluation(grid)
     if not DATASETS.get(grid.spec.dataset).files:
         return None
     dataset = grid.resources.dataset()

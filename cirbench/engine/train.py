@@ -24,6 +24,7 @@ from cirbench.engine.features import SamplePixels, pixel_encoder
 from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
 from cirbench.engine.precision import use_precision
 from cirbench.engine.recorder import EpochRecorder, ProgressFn
+from cirbench.engine.step_rules import check_partition, check_step
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
 
 
@@ -113,9 +114,11 @@ def _prepare_backbone(backbone: Backbone, device: torch.device, precision: str, 
 
 def optimizer_step(method: Method, optimizer, scheduler, config: MethodConfig, batch: Batch, epoch: int, step: int,
                    parallel: bool) -> StepOutput:
-    """One training step: the method's loss on ``batch``, checked finite before anything is
-    applied, then backward, gradient averaging across ranks, clipping and the update."""
+    """One training step: the method's output on ``batch``, checked against the contract
+    (:mod:`cirbench.engine.step_rules`) and its loss finite before anything is applied, then
+    backward, gradient averaging across ranks, clipping and the update."""
     out = method.training_step(batch, epoch, step)
+    check_step(method.name, out, len(batch), epoch, step)
     if not torch.isfinite(out.loss):  # before the step, so a non-finite loss is never applied
         raise FloatingPointError(f"{method.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
     optimizer.zero_grad(set_to_none=True)
@@ -139,6 +142,7 @@ def _context(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, 
         seed=seed, device=device,
         iterate=lambda shuffle=True: (make_batch(i) for i in epoch_batches(n, batch_size, seed + 7919, 0, shuffle)),
         noise_flags=manifest.is_noisy.copy() if method_cls.oracle else None,
+        noise_rate=float(manifest.rate) if method_cls.reads_noise_rate else None,
         pixels=SamplePixels(noisy_train, dataset.images, backbone, device), encode_pixels=pixel_encoder(backbone, tokens),
         evaluated_targets=evaluated_targets,
     )
@@ -163,11 +167,13 @@ def _evaluate_epoch(method: Method, dataset: CIRDataset, tokens: np.ndarray, val
     return validation, held_out
 
 
-def _epoch_passes(method: Method, epoch: int, hooks: TrainingHooks) -> Partition | None:
-    """The method's epoch-level passes (``Method.on_epoch_start``) and the partition they give."""
+def _epoch_passes(method: Method, epoch: int, n: int, hooks: TrainingHooks) -> Partition | None:
+    """The method's epoch-level passes (``Method.on_epoch_start``) and the partition they
+    give, checked against the contract for a training split of ``n``."""
     hooks.epoch_pass_start(epoch)
     partition = method.on_epoch_start(epoch)
     hooks.epoch_pass_end(epoch)
+    check_partition(method.name, partition, n, epoch)
     return partition
 
 
@@ -212,10 +218,10 @@ def train_cell(
     """Train ``method_cls`` on ``noisy_train`` and evaluate after every epoch.
 
     The method sees only ``noisy_train`` (corrupted texts and images, no flags); the
-    manifest's flags (``manifest``: of ``noisy_train``) are used here for purity and handed
-    to the method only if it is an oracle. ``holdout``: the held-out split settled with the
-    noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train`` is its ``train`` part),
-    whose queries are evaluated after every epoch too. ``hooks``: the loop's events
+    manifest's flags (``manifest``: of ``noisy_train``) are used for purity and given to an
+    oracle only, its rate to a method that ``reads_noise_rate`` only. ``holdout``: the held-out
+    split settled with the noise (:func:`cirbench.engine.cell.noisy_split`; ``noisy_train``
+    is its ``train`` part), evaluated after every epoch too. ``hooks``: the loop's events
     (:mod:`cirbench.engine.hooks`), for a profiler. Under ``torchrun``
     (:mod:`cirbench.engine.distributed`) every rank runs this with the same arguments; the
     backbone's passes are sharded and the result is one process's with the same global batch.
@@ -241,7 +247,7 @@ def train_cell(
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
-        record.start_epoch(_epoch_passes(method, epoch, hooks))
+        record.start_epoch(_epoch_passes(method, epoch, n, hooks))
         evaluated_targets.clear()  # the steps change the weights they were encoded with
         step, seconds = _train_steps(method, (optimizer, scheduler), config, make_batch,
                                      hooks.epoch_batches(epoch, epoch_batches(n, batch_size, seed, epoch)), epoch, step,

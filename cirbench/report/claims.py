@@ -78,6 +78,8 @@ class Claim:
     other_rules: dict[str, str] = field(default_factory=dict)
     """The verdict under each other selection rule that gives a different one
     (:mod:`cirbench.results.selection`), e.g. ``{"val_peek": "holds"}``."""
+    methods: tuple[str, ...] = ()
+    """The methods (labels) its checks read, roles filled in."""
 
     @property
     def verdict(self) -> str:
@@ -273,8 +275,9 @@ def _checks(ev: _Evidence, spec: CheckSpec) -> list[Check]:
 
 def check_claim(ev: _Evidence, spec: ClaimSpec) -> Claim:
     """One declared claim checked on the evidence (roles in its text filled in)."""
+    methods = tuple(dict.fromkeys(ev.name(m) for check in spec.checks for m in (*check.methods, *check.against)))
     return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check)],
-                 short=ev.fill(spec.short))
+                 short=ev.fill(spec.short), methods=methods)
 
 
 def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
@@ -375,6 +378,16 @@ def verdict_summary(claims: Sequence[Claim]) -> str:
     """How many claims got each verdict, e.g. ``Verdicts of 9 claims: holds 0, does not hold 5, ...``."""
     counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
     return f"Verdicts of {len(claims)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
+
+
+def none_run_line(claims: Sequence[Claim], setting: Setting) -> str:
+    """The one line that stands for the claims table when no claim could be checked on
+    ``setting`` (the methods they are about are not in its grid); ``""`` when one could."""
+    if not claims or any(c.verdict != NOT_RUN for c in claims):
+        return ""
+    missing = sorted({m.split(":")[0] for c in claims for m in c.methods} - set(setting.runs.method))
+    about = f": the methods they compare ({', '.join(missing)}) have no cells in these results" if missing else ""
+    return f"None of the {len(claims)} claims could be checked here{about}."
 
 
 def check_line(check: Check) -> str:

@@ -85,9 +85,10 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     fig = Figure(figsize=(max(width, 8.0), 4.4), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     caps = {c: _panel(ax, g, methods, oracles, styles, c, baseline) for ax, (c, g) in zip(axes, panels.items())}
-    title = (f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, at the epoch the claims read), "
-             f"the perfect filter's gain drawn as the cap at each noise rate: {setting.describe()}")
-    figure_title(fig, title, max(width, 8.0))
+    cap = ("the perfect filter's gain drawn as the cap at each noise rate" if oracles
+           else "no perfect filter in these results: the cap is not measured")
+    figure_title(fig, f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, at the epoch the claims "
+                      f"read), {cap}: {setting.describe()}", max(width, 8.0))
     handles = [Patch(color=styles[m]["color"], label=setting.label(m)) for m in methods]
     handles += [Line2D([], [], **CAP_STYLE, label="the perfect filter's gain (the cap)")] if oracles else []
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
@@ -95,10 +96,21 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     alt = (f"Bar chart of each method's gain over {baseline} in {' and '.join(panels)} (percentage points) at noise "
            f"rates {', '.join(rate_label(r) for r in next(iter(panels.values())).index)}, one bar per method"
            + (f"; a dashed black line per rate marks the perfect filter's gain ({cap_text})" if cap_text else "")
-           + f". A bar above 0 beats {baseline} on average; the cap is the most a method that only removes noise can reach.")
-    return save_figure(fig, out, f"gain_over_{baseline}", f"What each method gains over {baseline}, and the perfect filter's cap",
+           + f". A bar above 0 beats {baseline} on average; "
+           + ("the cap is the most a method that only removes noise can reach." if oracles else
+              "no perfect filter was run, so the most a method that only removes noise can reach is not measured."))
+    return save_figure(fig, out, f"gain_over_{baseline}",
+                       f"What each method gains over {baseline}" + (", and the perfect filter's cap" if oracles else ""),
                        f"Each method's mean gain over {baseline} at each noise rate in percentage points (paired by seed, "
                        "the bar's whisker ±1 std over seeds), read at the epoch the claims read, on the claims' metric and "
-                       "on R@10. The dashed black line at each rate is the perfect filter's gain, trained on the truly "
-                       "clean triplets only: what a method that only removes noise can win here. The leaderboard and the "
-                       "claims say which gains are more than seed and query noise.", alt)
+                       f"on R@10. {_cap_caption(bool(oracles))} The leaderboard and the claims say which gains are more than "
+                       "seed and query noise.", alt)
+
+
+def _cap_caption(measured: bool) -> str:
+    """The caption's sentence on the cap: the perfect filter's gain, or that it was not measured."""
+    if measured:
+        return ("The dashed black line at each rate is the perfect filter's gain, trained on the truly clean triplets "
+                "only: what a method that only removes noise can win here.")
+    return ("No perfect filter (a method with the role perfect_filter) is in these results, so the cap, what a method "
+            "that only removes noise can win here, is not measured: add the perfect filter to the grid to draw it.")

@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.collapsed import FlagList
 from cirbench.report.content import ReportContent, Section
 from cirbench.report.figure_file import FigureFile
@@ -131,6 +131,8 @@ def _part_html(part: Part, section: Section) -> list[str]:
         figure = part.item
         return out + [f"<figure>{_image(figure)}<figcaption>{prose(figure.caption)}</figcaption></figure>"]
     if part.kind == CLAIMS:
+        if none_run_line(section.claims, section.setting):
+            return out + [f'<p class="note">{prose(none_run_line(section.claims, section.setting))}</p>']
         intro = claims_intro(section.claims_metric, section.claims_selection)
         return out + [f'<p class="note">{prose(intro)}</p>', f"<p><strong>{prose(verdict_summary(section.claims))}</strong></p>",
                       claims_html(section.claims), f'<p class="note">{prose(VERDICT_RULE)}</p>']

@@ -11,7 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from cirbench.report.leaderboard import BEST, BETTER, TIED, UNSEPARATED, WORSE, LeaderCell, Leaderboard, LeaderRow
-from cirbench.report.load import COLLAPSE_MARK
+from cirbench.report.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.tables import format_mean, rate_label
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
@@ -37,6 +37,8 @@ def legend(board: Leaderboard) -> str:
         "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead). "
         f"{BELOW_START_MARK} {board.recall} below `zero_shot`'s{start}: a fine-tune that ends below where it began. "
         f"{COLLAPSE_MARK} collapsed on a seed. The perfect filter, the bound and the reference rows are never ranked."
+        + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
+           "information real data does not come with." if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
 
 

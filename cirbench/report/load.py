@@ -26,6 +26,9 @@ CELL_COLUMNS: list[str] = SETTING_COLUMNS + ["method", "noise_rate", "seed"]
 DATA_TABLES: tuple[str, ...] = ("metrics", "purity", "scores", "losses", "ranks")
 COLLAPSE_MARK = "†"
 """The marker of a (method, noise rate) collapsed on at least one seed (:mod:`cirbench.results.collapse`)."""
+TOLD_RATE = "told the noise rate"
+"""How a method that read the configured noise rate (``Method.reads_noise_rate``) is marked
+beside its name: privileged information, as the perfect filter's ground truth is marked."""
 BELOW_CHANCE_MARK = "‡"
 """The marker of a (method, noise rate) whose kept set is less clean than chance on at least
 one seed (:mod:`cirbench.results.chance`)."""
@@ -106,6 +109,14 @@ class Setting:
         """Labels of methods that saw the ground-truth flags (perfect filters, not competitors)."""
         return set(self.runs.loc[self.runs.is_oracle.eq(True), "method"])
 
+    @property
+    def told_rate(self) -> set[str]:
+        """Labels of methods told the configured noise rate (``runs.reads_noise_rate``), which
+        the others are not given (none in runs written before it was recorded)."""
+        if "reads_noise_rate" not in self.runs.columns:
+            return set()
+        return set(self.runs.loc[self.runs.reads_noise_rate.eq(True), "method"])
+
     @cached_property
     def selection(self) -> pd.DataFrame:
         """Each run's epoch and validation headline under every selection rule
@@ -118,12 +129,13 @@ class Setting:
         return frame[frame.score_name == name] if len(frame) else frame
 
     def label(self, method: str, rate: float | None = None) -> str:
-        """A method's display name; oracles are marked as the perfect filters they are, and
-        with ``rate`` a cell collapsed on any seed gets :data:`COLLAPSE_MARK`."""
+        """A method's display name; oracles are marked as the perfect filters they are, a
+        method told the noise rate with :data:`TOLD_RATE`, and with ``rate`` a cell collapsed
+        on any seed gets :data:`COLLAPSE_MARK`."""
         mark = "" if rate is None else self.collapse_mark(method, rate)
-        if method in self.oracles:
-            return f"{method} (perfect filter){mark}"
-        return f"{method}{mark}"
+        notes = [note for note, marked in (("perfect filter", method in self.oracles), (TOLD_RATE, method in self.told_rate))
+                 if marked]
+        return f"{method} ({', '.join(notes)}){mark}" if notes else f"{method}{mark}"
 
     def flagged(self, column: str) -> pd.DataFrame:
         """The runs whose flag ``column`` (``collapsed``, ``below_chance``) is set, by method, rate and seed."""

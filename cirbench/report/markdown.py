@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, verdict_summary
+from cirbench.report.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.collapsed import FlagList
 from cirbench.report.content import ReportContent, Section
 from cirbench.report.layout import (
@@ -66,6 +66,8 @@ def _part_markdown(part: Part, section: Section, output: Path) -> list[str]:
         figure = part.item
         return out + [figure.caption, "", f"![{figure.alt or figure.title}]({figure.path.relative_to(output).as_posix()})", ""]
     if part.kind == CLAIMS:
+        if none_run_line(section.claims, section.setting):
+            return out + [none_run_line(section.claims, section.setting), ""]
         return out + [claims_intro(section.claims_metric, section.claims_selection), "",
                       f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
     if part.kind == GLANCE:

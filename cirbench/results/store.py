@@ -43,6 +43,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("method_version", pa.string()),
         ("method_source", pa.string()),
         ("is_oracle", pa.bool_()),
+        ("reads_noise_rate", pa.bool_()),  # Method.reads_noise_rate: told the configured noise rate (False before it)
         ("is_reference", pa.bool_()),
         ("role", pa.string()),  # Method.role (cirbench.results.roles): "" for none, null in runs written before it
         ("partitions", pa.bool_()),
@@ -56,6 +57,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("noise_manifest_hash", pa.string()),
         ("noise_manifest_path", pa.string()),
         ("eval_protocol", pa.string()),
+        ("metrics_version", pa.string()),  # cirbench.engine.evaluate.METRICS_VERSION ("1" in runs written before it)
         ("n_train", pa.int64()),
         ("n_noisy", pa.int64()),  # of the samples trained on (a held-out share excluded)
         ("holdout", pa.float64()),  # the share of the noisy training split held out (cirbench.data.holdout)
@@ -130,7 +132,8 @@ MAIN_SCORE = "noise_score"
 others are its ``extra_scores``. Parts written before the column existed read as this."""
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
                                 "collapsed": False, "collapse_reason": "", "below_chance": False, "below_chance_reason": "",
-                                "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": ""}
+                                "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": "",
+                                "reads_noise_rate": False, "metrics_version": "1"}
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
@@ -310,6 +313,6 @@ class ResultsStore:
         for column, value in _READ_DEFAULTS.items():
             if column in frame.columns and frame[column].isna().any():
                 frame[column] = frame[column].fillna(value)
-                if isinstance(value, int):
-                    frame[column] = frame[column].astype("int64")
+                if isinstance(value, int):  # bool is an int: a flag stays a flag
+                    frame[column] = frame[column].astype(bool if isinstance(value, bool) else "int64")
         return frame
