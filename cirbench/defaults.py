@@ -15,3 +15,6 @@ default (``docs/selection.md``); a dataset read from the user's files holds none
 ``--holdout`` is given, so that its training set is the papers'."""
 CALIBRATION_METHODS = ["sprc", "oracle"]
 CALIBRATION_RATES = [0.0, 0.5, 0.8]
+FRONTIER_PURITIES = [0.8, 0.6, 0.4]
+"""The purities of the kept sets of the frontier's cells (``--frontier``, docs/kept-sets.md), each
+made only at a noise rate whose clean share (1 - rate) it lies above."""
