@@ -151,7 +151,10 @@ def test_the_report_never_ranks_them_and_keeps_them_apart(trained: Trained, tmp_
     labels = {"frontier:p0.6", "replay:oracle", "replay:keeps_every_row", "replay:template_per_batch"}
     assert set(setting.kept_sets.runs.method) == labels and labels.isdisjoint(setting.runs.method)
     assert labels.isdisjoint(setting.methods) and setting.problems.empty
-    assert set(setting.kept_sets.metrics.run_id) == set(setting.kept_sets.runs.run_id)
+    ids = set(setting.kept_sets.runs.run_id)
+    assert set(setting.kept_sets.metrics.run_id) == ids == set(setting.kept_sets.epoch_ranks.run_id)
+    read = set().union(*(set(frame.run_id) for frame in (setting.metrics, setting.purity, setting.scores, setting.epoch_ranks)))
+    assert read and ids.isdisjoint(read)  # what the tables, figures and claims read holds none of them
     build_report(trained.store.root, tmp_path / "reports")
     written = "".join(p.read_text() for p in (tmp_path / "reports").rglob("*") if p.suffix in (".md", ".csv", ".tex", ".html"))
     assert not any(label in written for label in labels) and "keeps_every_row" in written
