@@ -67,7 +67,7 @@ def test_kept_set_run_ids_are_stable_distinct_and_keyed_to_what_they_keep(tmp_pa
 
 
 @pytest.mark.parametrize("replay, message", [
-    ("hug", "method 'hug' keeps no set"), ("sprc", "method 'sprc' keeps no set"),
+    ("hug", "method 'hug' keeps no set"), ("sprc", "method 'sprc' keeps no set"), ("intent", "'intent' keeps no set"),
     ("conesep:no_ot", "an ablation variant; replays are made of a method's own runs only"),
     ("tme:trial1", "a sweep trial"), ("tmee", "unknown method 'tmee'"),
 ])

@@ -136,8 +136,9 @@ def _replayable(name: str, methods: Registry[type[Method]]) -> type[Method]:
         raise GridError(str(exc)) from None
     if not cls.partitions:
         partitioning = sorted(n for n in methods.names() if methods.get(n).partitions)
-        raise GridError(f"--replay {name}: method {name!r} keeps no set (Method.partitions is False): there is nothing to "
-                        f"replay; methods that partition: {', '.join(partitioning) or 'none'}")
+        raise GridError(f"--replay {name}: method {name!r} keeps no set (Method.partitions is False): its replay would "
+                        "train on every row, the baseline's cell; methods that partition: "
+                        f"{', '.join(partitioning) or 'none'}")
     return cls
 
 
