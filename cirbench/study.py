@@ -16,6 +16,9 @@ seeds = [0, 1, 2]
 kind = "run"
 methods = ["sprc", "tme"]
 noise = [0, 0.5, 0.8]
+frontier = true             # optional: the kept-set cells of --frontier, --noise-types, --replay
+noise_types = true          # (docs/kept-sets.md)
+replay = ["tme"]
 ```
 
 This module reads and checks the file only (no torch, no engine): a bad file is a
@@ -37,7 +40,8 @@ COMMON: dict[str, str] = {
     "precision": "str",
 }
 KINDS: dict[str, dict[str, str]] = {
-    "run": {**COMMON, "methods": "strs", "noise": "numbers", "ablate": "strs", "set": "strs"},
+    "run": {**COMMON, "methods": "strs", "noise": "numbers", "ablate": "strs", "set": "strs", "frontier": "bool",
+            "frontier_purity": "numbers", "noise_types": "bool", "replay": "strs"},
     "sweep": {**COMMON, "methods": "strs", "noise": "numbers", "trials": "int"},
     "calibrate": dict(COMMON),
 }
@@ -46,10 +50,11 @@ RANGES: dict[str, tuple[str, Any]] = {
     "seeds": ("every seed >= 0", lambda v: all(x >= 0 for x in v)), "noise": ("every rate in [0, 1)", lambda v: all(0 <= x < 1 for x in v)),
     "epochs": (">= 1", lambda v: v >= 1), "batch_size": (">= 2", lambda v: v >= 2), "trials": (">= 1", lambda v: v >= 1),
     "holdout": ("in [0, 1)", lambda v: 0 <= v < 1), "jobs": (">= 0", lambda v: v >= 0),
+    "frontier_purity": ("every purity in (0, 1)", lambda v: all(0 < x < 1 for x in v)),
 }
 """The values an option may take beyond its type (the grids check the names: methods, datasets, ...)."""
-TYPE_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "strs": "a list of strings",
-              "ints": "a list of integers", "numbers": "a list of numbers", "table": "a table of key = \"value\""}
+TYPE_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "number": "a number",
+              "strs": "a list of strings", "ints": "a list of integers", "numbers": "a list of numbers", "table": "a table of key = \"value\""}
 
 
 class StudyError(ValueError):
@@ -83,7 +88,8 @@ def _is(value: Any, kind: str) -> bool:
     """Whether ``value`` is of the option type ``kind`` (see :data:`TYPE_NAMES`)."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     checks = {
-        "str": lambda v: isinstance(v, str), "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "str": lambda v: isinstance(v, str), "bool": lambda v: isinstance(v, bool),
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "number": number, "strs": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "ints": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
         "numbers": lambda v: isinstance(v, list) and all(number(x) for x in v),

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cirbench"
 CLI = "cirbench.cli"
@@ -183,13 +185,14 @@ def test_the_report_imports_nothing_from_the_engine() -> None:
 
 ENGINE_ROOMS: dict[str, set[str]] = {
     "cirbench.engine.spec": {"cirbench.engine.reference"},
-    "cirbench.engine.grid": {"cirbench.engine.spec", "cirbench.engine.resources"},
+    "cirbench.engine.grid": {"cirbench.engine.spec", "cirbench.engine.resources", "cirbench.engine.kept_plan"},
+    "cirbench.engine.kept_plan": {"cirbench.engine.spec"},
     "cirbench.engine.resources": {"cirbench.engine.spec", "cirbench.engine.distributed", "cirbench.engine.features",
                                   "cirbench.engine.hooks", "cirbench.engine.online"},
 }
 """The engine modules each room may import: the plan (ids, labels, list checks) only the
-reference rows it names; the grid only the plan and what its cells share; those resources
-nothing of a cell's life."""
+reference rows it names; the grid only the plan, the plan of its kept-set cells and what its
+cells share; those resources nothing of a cell's life."""
 RUNS_CELLS = {"cirbench.engine.grid", "cirbench.engine.worker", "cirbench.engine.runner", "cirbench.engine.launch",
               "cirbench.engine.calibrate"}
 """What runs cells or plans them: a cell's life (``cell.py``) imports none of it."""
@@ -208,9 +211,11 @@ def test_the_grid_plans_and_the_cell_lives() -> None:
     assert sorted(_engine_imports("cirbench.engine.cell") & RUNS_CELLS) == []
 
 
-def test_the_plan_imports_no_torch() -> None:
-    """The spec, its run ids and labels are plain Python: torch comes only with what they name."""
-    tree = ast.parse(MODULES["cirbench.engine.spec"].read_text())
+@pytest.mark.parametrize("module", ["cirbench.engine.spec", "cirbench.engine.kept_plan"])
+def test_the_plan_imports_no_torch(module: str) -> None:
+    """The spec, its run ids and labels, and the kept-set cells' plan are plain Python: torch
+    comes only with what they name."""
+    tree = ast.parse(MODULES[module].read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {"torch", "numpy"} & names == set()

@@ -66,11 +66,17 @@ def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
         validated_grid(None, None, "hug", [], [], {**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "habit,intent", [], [], {**common, "seeds": [0, 1, 2]}),
         sweep_grid(["sprc", "tme", "conesep", "hug"], "0.5,0.8", 4, [], {**common, "seeds": [0], "holdout": 0.1}),
+        validated_grid("oracle,tme,conesep,habit", "0.5,0.8", None, [], [], {
+            **common, "seeds": [0, 1, 2], "frontier": [0.8, 0.6, 0.4], "noise_types": True,
+            "replay": ["tme", "conesep", "habit"]}),
     ]
     assert ids == [sorted(c.key.run_id for c in grid.cells) for grid in commands]
-    assert [len(x) for x in ids] == [72, 30, 15, 24, 24, 32]
+    assert [len(x) for x in ids] == [72, 30, 15, 24, 24, 32, 24 + 51]
     hosted = [c.key.run_id for c in commands[1].cells if c.key.method not in ("sprc", "oracle")]
     assert len(hosted) == 15 and set(hosted) <= set(ids[0])  # the hosted methods' clean cells are the headline's: none trains twice
+    kept = [c for c in commands[-1].cells if c.kept is not None]
+    assert len(kept) == 51 <= 60  # at most 60; its other cells are cells of the grids above (none trained twice)
+    assert {c.key.run_id for c in commands[-1].cells} - {c.key.run_id for c in kept} <= set().union(*map(set, ids[:-1]))
 
 
 @pytest.mark.parametrize("text, message", [
@@ -80,6 +86,10 @@ def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
     ("[[grid]]\nkind = 'run'\nmethods = ['sprc']\nnoise = [0.5, 1.0]\n", r"grid 1 \(run\): noise must be every rate in \[0, 1\)"),
     ("[defaults]\nseeds = [-1]\n[[grid]]\nkind = 'calibrate'\n", r"\[defaults\]: seeds must be every seed >= 0"),
     ("[[grid]]\nkind = 'sweep'\n", r"grid 1 \(sweep\): methods is required"),
+    ("[[grid]]\nkind = 'run'\nmethods = ['oracle']\nfrontier = 'yes'\n", r"grid 1 \(run\): frontier must be true or false"),
+    ("[[grid]]\nkind = 'run'\nmethods = ['oracle']\nfrontier_purity = [1.0]\n",
+     r"grid 1 \(run\): frontier_purity must be every purity in \(0, 1\)"),
+    ("[[grid]]\nkind = 'sweep'\nmethods = ['tme']\nreplay = ['tme']\n", r"grid 1 \(sweep\): unknown key 'replay'"),
     ("[studdy]\n", "unknown key 'studdy'; valid keys: study, defaults, grid"),
     ("[study]\noutput = 'r'\n", r"no grid: add at least one \[\[grid\]\]"),
     ("[[grid]\n", "not valid TOML"),

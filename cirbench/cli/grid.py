@@ -31,6 +31,16 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
     return defaults.HOLDOUT if loader is not None and not loader.files else 0.0
 
 
+def kept_set_options(frontier: bool, purity: str | None, noise_types: bool, replay: str | None) -> dict:
+    """The ``GridSpec`` fields of ``--frontier``, ``--frontier-purity`` (which implies it),
+    ``--noise-types`` and ``--replay`` (:mod:`cirbench.engine.kept_plan`)."""
+    from cirbench import defaults
+
+    purities = split_list(purity, float, "--frontier-purity") if purity is not None else list(defaults.FRONTIER_PURITIES)
+    return {"frontier": purities if frontier or purity is not None else [], "noise_types": noise_types,
+            "replay": split_list(replay, str, "--replay") if replay else []}
+
+
 def validated_grid(methods: str | None, noise: str | None, ablate: str | None, set_: list[str], plugin: list[Path], fields: dict,
                    absolute: bool = False, discovery=None):
     """The validated grid of ``cirbench run`` (--methods, --noise and --ablate's rows, --set,
@@ -111,7 +121,11 @@ def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str])
     runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
     try:
         submission = scheduler.submit(grid, launcher, gpus_per_cell, scheduler_option)
-        if not submission.jobs:
+        if submission.waiting:
+            first = submission.waiting[0].kept.source.run_id
+            console.print(f"{len(submission.waiting)} replay(s) not submitted: their sources are not complete yet (e.g. "
+                          f"{first}); run the same command again once those jobs end")
+        if not submission.jobs and not submission.waiting:
             console.print(f"nothing to submit: all {len(submission.skipped)} cells are complete in {grid.spec.output} "
                           "(--overwrite redoes them)")
             return 0

@@ -18,11 +18,12 @@ from rich.markup import escape
 
 from cirbench import defaults
 from cirbench.cli.options import (
-    ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Holdout, Jobs,
-    NoiseProtocol, Opt, Plugins, Precision, Results, Seeds, Weights, console, fail, parse_dataset_options, split_list,
+    ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Frontier,
+    FrontierPurity, Holdout, Jobs, NoiseProtocol, NoiseTypes, Opt, Plugins, Precision, Replay, Results, Seeds, Weights,
+    console, fail, parse_dataset_options, split_list,
 )
-from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, launch, print_summary, register_plugins,
-                               run_here, sweep_grid, validated_grid, write_report)
+from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, kept_set_options, launch, print_summary,
+                               register_plugins, run_here, sweep_grid, validated_grid, write_report)
 from cirbench.cli.study import study
 from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
 
@@ -53,6 +54,7 @@ def run(
     noise: Annotated[Optional[str], Opt("--noise", "-n", show_default=False, help="Comma-separated noise rates in [0, 1) "
                                         "(default: 0,0.5,0.8; with --ablate: the ablated methods' ablation noise rates).")] = None,
     ablate: Annotated[Optional[str], Opt("--ablate", show_default=False, help=ABLATE_HELP)] = None,
+    frontier: Frontier = False, frontier_purity: FrontierPurity = None, noise_types: NoiseTypes = False, replay: Replay = None,
     seeds: Annotated[str, Opt("--seeds", help="Comma-separated seeds.")] = "0",
     dataset: DatasetName = "shapes", data_root: DataRoot = None, dataset_option: DatasetOptions = [],
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples: they "
@@ -62,11 +64,10 @@ def run(
     backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (parquet tables).")] = Path("results"),
-    cache_dir: CacheDir = Path("datasets"),
+    cache_dir: CacheDir = Path("datasets"), plugin: Plugins = [],
     set_: Annotated[list[str], Opt("--set", help="Hyperparameter override <method>.<key>=<value>; repeatable.")] = [],
-    plugin: Plugins = [],
     overwrite: Annotated[bool, Opt("--overwrite", help="Redo cells that are already complete.")] = False,
-    device: Device = "cpu", precision: Precision = "fp32",
+    device: Device = "cpu", precision: Precision = "fp32", jobs: Jobs = 0,
     features: Annotated[str, Opt("--features", help="cache: frozen-tower tokens computed once and stored; online: "
                                  "recomputed every time.")] = "cache",
     decode_workers: Annotated[int, Opt("--decode-workers", help="With --features online: DataLoader workers decoding "
@@ -79,11 +80,10 @@ def run(
                                       "with DDP.")] = 0,
     scheduler_option: Annotated[list[str], Opt("--scheduler-option", help="With --launcher: a submitit parameter key=value, "
                                                "e.g. slurm_partition=gpu, timeout_min=600.")] = [],
-    jobs: Jobs = 0,
     report_: Annotated[bool, Opt("--report", help="Build the report (see `cirbench report`) after the grid.")] = False,
     report_dir: Annotated[Path, Opt("--report-dir", help="Where --report writes the report.")] = Path("reports"),
 ) -> None:
-    """Run a grid: every method x noise rate x seed, one cell each, results under --output."""
+    """Run a grid: every method x noise rate x seed and the kept-set cells asked for, one cell each, results under --output."""
     from cirbench.engine.distributed import barrier, init_distributed, is_main_process
     from cirbench.engine.precision import PRECISIONS
 
@@ -97,7 +97,8 @@ def run(
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
         dataset_options=parse_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
-        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers), absolute=launcher != "none")
+        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers,
+        **kept_set_options(frontier, frontier_purity, noise_types, replay)), absolute=launcher != "none")
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
     outcomes = run_here(grid, jobs)

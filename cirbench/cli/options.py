@@ -47,6 +47,17 @@ Precision = Annotated[str, Opt("--precision", help="fp32, or bf16: the backbone'
 Jobs = Annotated[int, Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help=JOBS_HELP)]
 Plugins = Annotated[list[Path], Opt("--plugin", help="A Python file, or a folder of them, defining plugins: methods, "
                                    "datasets, noise protocols or backbones; repeatable.")]
+Frontier = Annotated[bool, Opt("--frontier", help="Add the purity frontier's kept-set cells: the baseline trained as the "
+                               "perfect filter trains, on every clean triplet plus a seeded share of the noisy ones, at each "
+                               "purity of --frontier-purity above the rate's clean share (docs/kept-sets.md).")]
+FrontierPurity = Annotated[Optional[str], Opt("--frontier-purity", show_default=False, help="Comma-separated purities of "
+                                              "the frontier's kept sets, each in (0, 1) (default: 0.8,0.6,0.4; implies "
+                                              "--frontier).")]
+NoiseTypes = Annotated[bool, Opt("--noise-types", help="Add one kept-set cell per noise type of the protocol: every clean "
+                                 "triplet plus that type's noisy ones only (docs/kept-sets.md).")]
+Replay = Annotated[Optional[str], Opt("--replay", show_default=False, help="Comma-separated methods that partition whose "
+                                      "runs' kept sets to replay, epoch by epoch, with the perfect filter's step; each run "
+                                      "is a cell of the grid (run first) or complete in --output (docs/kept-sets.md).")]
 Results = Annotated[Path, Opt("--results", "-r", help="Results directory (parquet tables).")]
 Holdout = Annotated[Optional[float], Opt("--holdout", show_default=False, help="Share of the noisy training triplets "
                                "held out, noise included, and evaluated every epoch to select epochs and trials on "

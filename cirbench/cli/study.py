@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cirbench.cli.grid import calibrate_grid, calibration_checks, print_summary, run_here, sweep_grid, validated_grid, write_report
+from cirbench.cli.grid import (calibrate_grid, calibration_checks, kept_set_options, print_summary, run_here, sweep_grid,
+                               validated_grid, write_report)
 from cirbench.cli.options import Opt, Plugins, console, fail
 
 SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
@@ -39,6 +40,8 @@ def study_grid(entry, study, plugin: list[Path] | None = None):
     noise = _joined(options.get("noise"))
     if entry.kind == "sweep":
         return sweep_grid(options["methods"], noise, int(options.get("trials", 4)), plugins, fields)
+    fields.update(kept_set_options(options.get("frontier", False), _joined(options.get("frontier_purity")),
+                                   options.get("noise_types", False), _joined(options.get("replay"))))
     return validated_grid(_joined(options.get("methods")), noise, _joined(options.get("ablate")), options.get("set", []),
                           plugins, fields)
 

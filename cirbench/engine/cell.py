@@ -30,6 +30,7 @@ from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import METRICS_VERSION, Evaluation, evaluate, metrics_frame
+from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer
 from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -114,6 +115,7 @@ def base_row(spec: GridSpec, cell: Cell, started: dt.datetime) -> dict:
         "n_train": 0, "n_noisy": 0, "epochs": spec.epochs, "started": started.isoformat(),
         "finished": "", "wall_seconds": 0.0, "steps": 0, "model_seconds": 0.0, "seconds_per_step": float("nan"),
         "n_dropped": 0, "dropped_path": "", "checkpoint_path": "", "n_warnings": 0,
+        **kept_set_fields(cell.kept),  # a kept-set cell: its kind, kept set and source (cirbench.engine.kept_sets)
     }
 
 
@@ -180,8 +182,12 @@ def _train(resources: CellResources, cell: Cell, progress: ProgressFn, announce:
             holdout=float(spec.holdout), n_holdout=0 if split.holdout is None else len(split.holdout.holdout),
         )
         text_only = text_only_recall(resources, key, dataset, backbone, tokens)  # before training: the starting backbone
+        method_cls = cell.method_cls
+        if cell.kept is not None:  # the perfect filter's step on the kept set's rows
+            rows = kept_rows(cell.kept, split.train_manifest, split.train.sample_ids, key.seed, resources.store)
+            method_cls, row["kept_set_source_sha256"] = kept_set_trainer(method_cls, rows, key.method), rows.source_sha256
         result = train_cell(
-            cell.method_cls, cell.config, backbone, dataset, split.train, split.train_manifest, tokens,
+            method_cls, cell.config, backbone, dataset, split.train, split.train_manifest, tokens,
             spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
             precision=spec.precision, gradient_checkpointing=spec.gradient_checkpointing, holdout=split.holdout,
             hooks=resources.hooks,

@@ -1,6 +1,7 @@
 """A grid of cells (method x noise rate x seed on one dataset and backbone): its spec
 (:mod:`cirbench.engine.spec`) validated up front against the registries and the results
-folder, its cells, each with its run id, its reference rows, and the cells still pending.
+folder, its cells, each with its run id (the kept-set cells it asks for after the others:
+:mod:`cirbench.engine.kept_plan`), its reference rows, and the cells still pending.
 A cell's life is :mod:`cirbench.engine.cell`; what the cells share,
 :mod:`cirbench.engine.resources`; a process runs a cell with :mod:`cirbench.engine.worker`
 or :mod:`cirbench.engine.runner`."""
@@ -11,6 +12,7 @@ from cirbench.backbones.registry import BACKBONES
 from cirbench.config import build_config
 from cirbench.data.noise import NOISE_PROTOCOLS
 from cirbench.data.registry import DATASETS
+from cirbench.engine.kept_plan import kept_set_cells
 from cirbench.engine.resources import CellResources
 from cirbench.engine.spec import (Cell, GridError, GridSpec, backbone_label, base_method, check_lists, dataset_label,
                                   reference_cells, run_id_for, same_cell_elsewhere)
@@ -75,6 +77,8 @@ class Grid:
         if len(set(spec.methods)) != len(spec.methods):
             raise GridError(f"a method is listed twice in {', '.join(spec.methods)}; label variants as name:label")
         cells = self._build_cells()
+        kept = kept_set_cells(spec, self.discovery.methods, cells, self.store)
+        cells, self.skipped = cells + kept.cells, self.skipped + kept.skipped
         if not cells:
             raise GridError(f"nothing to train: {'; '.join(self.skipped)}. Add the method it is, or a noise rate above 0")
         try:

@@ -29,6 +29,7 @@ from cirbench.config import ConfigError, parse_key_values
 from cirbench.engine.distributed import init_distributed, is_main_process
 from cirbench.engine.cell import CellOutcome
 from cirbench.engine.grid import Grid
+from cirbench.engine.kept_plan import waiting_replays
 from cirbench.engine.spec import Cell, GridSpec, absolute_spec
 from cirbench.engine.worker import run_cell_by_id
 
@@ -46,12 +47,15 @@ def _require_submitit() -> Any:
 @dataclass
 class Submission:
     """What one submission did: the jobs it submitted (with their cells), the cells it left
-    out because the store holds them as completed, and the jobs' log folder."""
+    out because the store holds them as completed, the jobs' log folder, and the replays it
+    held back because their sources are not complete yet (jobs run at once: the same command
+    submits them once their sources are)."""
 
     jobs: list[tuple[Cell, Any]]
     skipped: list[Cell]
     folder: Path
     outcomes: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Cell] = field(default_factory=list)
 
     def wait(self) -> list[dict[str, Any]]:
         """Block until every job ends; one :meth:`~cirbench.engine.cell.CellOutcome.record`
@@ -108,9 +112,12 @@ def submit_grid(
     if spec != grid.spec:  # the jobs' run ids are those of the absolute paths
         grid = Grid(spec, grid.discovery)
     todo, done = pending_cells(grid)
+    waiting = waiting_replays(todo, {c.key.run_id for c in todo})  # a job runs at once: not before its source ends
+    held = {c.key.run_id for c in waiting}
+    todo = [c for c in todo if c.key.run_id not in held]
     folder = Path(folder or spec.output / "jobs").resolve()
     if not todo:
-        return Submission([], done, folder)
+        return Submission([], done, folder, waiting=waiting)
     executor = submitit.AutoExecutor(folder=folder, cluster=launcher)
     parameters: dict[str, Any] = {"name": "cirbench", "timeout_min": timeout_min, "tasks_per_node": max(1, gpus_per_cell)}
     if gpus_per_cell:
@@ -121,7 +128,7 @@ def submit_grid(
     except (ValueError, TypeError, NameError) as exc:  # submitit names an unknown option with NameError
         raise ValueError(f"scheduler options {sorted(options or {})}: {exc}") from None
     jobs = executor.map_array(job, [spec] * len(todo), [cell.key.run_id for cell in todo])
-    return Submission(list(zip(todo, jobs)), done, folder)
+    return Submission(list(zip(todo, jobs)), done, folder, waiting=waiting)
 
 
 def parse_scheduler_options(entries: list[str]) -> dict[str, Any]:

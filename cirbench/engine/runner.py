@@ -20,6 +20,7 @@ from cirbench.engine.distributed import world_size
 from cirbench.engine.cell import CellOutcome, run_cell, run_reference
 from cirbench.engine.grid import Grid
 from cirbench.engine.grid_checks import check_grid
+from cirbench.engine.kept_plan import waves
 from cirbench.engine.resources import refuse_another_start
 from cirbench.engine.reuse import refuse_another_evaluation
 from cirbench.engine.spec import Cell, backbone_label
@@ -132,7 +133,8 @@ def run_here(grid: Grid, cells: list[Cell], report: Report = _quiet) -> list[Cel
 
 def run_pool(grid: Grid, cells: list[Cell], pending: list[Cell], jobs: int, report: Report = _quiet) -> list[CellOutcome]:
     """Run the ``pending`` ones among ``cells`` in ``jobs`` worker processes (the caches exist
-    already: the reference rows built them); the others are ``skipped``."""
+    already: the reference rows built them), the replays after the others (their sources:
+    :func:`~cirbench.engine.kept_plan.waves`); the others are ``skipped``."""
     todo = {c.key.run_id for c in pending}
     outcomes, by_id = [], {c.key.run_id: c for c in cells}
     for cell in cells:
@@ -141,9 +143,10 @@ def run_pool(grid: Grid, cells: list[Cell], pending: list[Cell], jobs: int, repo
         else:
             outcomes.append(CellOutcome(cell, "skipped"))
             report(Event("done", cell, outcomes[-1]))
-    for record in run_in_processes(grid.spec, [c.key.run_id for c in cells if c.key.run_id in todo], jobs):
-        outcomes.append(CellOutcome.from_record(by_id[record["run_id"]], record))
-        report(Event("done", outcomes[-1].cell, outcomes[-1]))
+    for wave in waves([c for c in cells if c.key.run_id in todo]):
+        for record in run_in_processes(grid.spec, [c.key.run_id for c in wave], jobs):
+            outcomes.append(CellOutcome.from_record(by_id[record["run_id"]], record))
+            report(Event("done", outcomes[-1].cell, outcomes[-1]))
     return outcomes
 
 

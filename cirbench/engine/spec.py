@@ -1,7 +1,8 @@
-"""A grid's plan, before any work: the :class:`GridSpec`, a :class:`Cell` of it, the run id
-of a cell (from everything that changes its numbers), the ``dataset`` and ``backbone``
-labels of the results, the checks of the ``--noise`` and ``--seeds`` lists, and the
-reference rows' cells. Nothing here loads data or builds a model."""
+"""A grid's plan, before any work: the :class:`GridSpec`, a :class:`Cell` of it (with the
+:class:`KeptSet` of a kept-set cell), the run id of a cell (from everything that changes its
+numbers), the ``dataset`` and ``backbone`` labels of the results, the checks of the
+``--noise`` and ``--seeds`` lists, and the reference rows' cells. Nothing here loads data or
+builds a model."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.method import Method, MethodConfig
 from cirbench.results.store import CellKey
 
-__all__ = ["Cell", "GridError", "GridSpec", "backbone_label", "base_method", "check_lists", "dataset_label",
+__all__ = ["Cell", "GridError", "GridSpec", "KeptSet", "backbone_label", "base_method", "check_lists", "dataset_label",
            "absolute_spec", "reference_cells", "run_id_for", "same_cell_elsewhere"]
 
 
@@ -51,6 +52,24 @@ class GridSpec:
     save: bool = False
     holdout: float = 0.0
     """The share of the noisy training triplets held out for selection (:mod:`cirbench.data.holdout`)."""
+    frontier: list[float] = field(default_factory=list)
+    """The purities of the frontier's kept-set cells (``--frontier``; empty: none): :mod:`cirbench.engine.kept_plan`."""
+    noise_types: bool = False
+    """Whether to add a kept-set cell per noise type of the protocol (``--noise-types``)."""
+    replay: list[str] = field(default_factory=list)
+    """The methods whose runs' kept sets are replayed (``--replay``)."""
+
+
+@dataclass(frozen=True)
+class KeptSet:
+    """What a kept-set cell trains on (:mod:`cirbench.engine.kept_plan`): its ``kind`` (a key of
+    :data:`cirbench.results.labels.KEPT_SETS`) with the frontier's ``purity``, the noise type
+    cell's ``noise_type`` or the key of the replayed run, ``source``."""
+
+    kind: str
+    purity: float | None = None
+    noise_type: str = ""
+    source: CellKey | None = None
 
 
 @dataclass
@@ -61,6 +80,8 @@ class Cell:
     method_cls: type[Method]
     config: MethodConfig
     source: str
+    kept: KeptSet | None = None
+    """A kept-set cell's kept set (None for every other cell)."""
 
 
 class GridError(ValueError):

@@ -72,6 +72,11 @@ class Setting:
     extra_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
     root: Path | None = None
     """The results folder it was read from (its ``claims.toml``: :mod:`cirbench.report.claim_files`)."""
+    kept_sets: Setting | None = None
+    """The setting's kept-set cells (frontier, noise types, replays: the runs whose ``kept_set``
+    is set, docs/kept-sets.md) with their tables, read like a setting of their own; None when
+    there are none. Reference cells: never in :attr:`runs`, so never ranked, drawn with the
+    methods nor read by a claim. Their failed or damaged cells are in this setting's :attr:`problems`."""
 
     @property
     def slug(self) -> str:
@@ -236,7 +241,7 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
             continue
         seen.add(cell)
         rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": row.status, "error": _last_line(row.error), "run_id": row.run_id})
-    for setting, group in runs.groupby(SETTING_COLUMNS):
+    for setting, group in runs[~is_kept_set(runs)].groupby(SETTING_COLUMNS):  # a kept-set cell is expected nowhere
         all_rates, seeds = sorted(group.noise_rate.unique()), sorted(group.seed.unique())
         oracles = set(group.method[group.is_oracle.fillna(False).astype(bool)])
         own_rates_only = oracles | set(group.method[group.method.str.contains(":")])
@@ -302,27 +307,47 @@ def load_results(root: Path | str) -> ReportData:
     tables = {name: store.read(name, [*kept.run_id, *references.run_id]) for name in DATA_TABLES}
     tables["ranks"] = _epoch_filled(tables["ranks"], tables["metrics"])
     kept = judge_below_chance(_judge_unflagged(kept, references, tables), tables["purity"])
+    kept_sets = is_kept_set(kept)
     settings = []
-    for values, setting_runs in kept.groupby(SETTING_COLUMNS, sort=True):
-        ids = set(setting_runs.run_id)
-        parts = {name: frame[frame.run_id.isin(ids)].reset_index(drop=True) for name, frame in tables.items()}
-        parts["epoch_ranks"] = parts["ranks"]
-        parts["ranks"] = final_epoch(parts["ranks"]).reset_index(drop=True)
-        scores = parts["scores"]
-        if len(scores):
-            last = scores.groupby("run_id")["epoch"].transform("max")
-            scores = scores[scores.epoch == last]
-        for name in ("purity", "scores"):
-            frame = scores if name == "scores" else parts[name]
-            main = frame.score_name == MAIN_SCORE
-            parts[name], parts[f"extra_{name}"] = frame[main].reset_index(drop=True), frame[~main].reset_index(drop=True)
+    for values, setting_runs in kept[~kept_sets].groupby(SETTING_COLUMNS, sort=True):
         mask = (problems[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
         own = (references[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)
         reference_ids = set(references.loc[own, "run_id"])
         reference_metrics = tables["metrics"][tables["metrics"].run_id.isin(reference_ids)].reset_index(drop=True)
-        settings.append(Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
-                                references=reference_metrics, root=root, **parts))
+        setting = Setting(*values, runs=setting_runs.reset_index(drop=True), problems=problems[mask],
+                          references=reference_metrics, root=root, **_parts(setting_runs, tables))
+        cells = kept[kept_sets & (kept[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, values)))).all(axis=1)]
+        if len(cells):
+            setting.kept_sets = Setting(*values, runs=cells.reset_index(drop=True), references=reference_metrics,
+                                        root=root, **_parts(cells, tables))
+        settings.append(setting)
     return ReportData(root, settings, problems)
+
+
+def is_kept_set(runs: pd.DataFrame) -> pd.Series:
+    """Which of ``runs`` (a ``runs`` table) are kept-set cells (``kept_set`` set: docs/kept-sets.md)."""
+    if "kept_set" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs.kept_set.fillna("").astype(str).ne("")
+
+
+def _parts(runs: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The data tables' rows of ``runs`` as a :class:`Setting` holds them: ``scores`` of the
+    final epoch only, the main score's rows apart from the extra scores', the final ``ranks``
+    and those of every epoch (``epoch_ranks``)."""
+    ids = set(runs.run_id)
+    parts = {name: frame[frame.run_id.isin(ids)].reset_index(drop=True) for name, frame in tables.items()}
+    parts["epoch_ranks"] = parts["ranks"]
+    parts["ranks"] = final_epoch(parts["ranks"]).reset_index(drop=True)
+    scores = parts["scores"]
+    if len(scores):
+        last = scores.groupby("run_id")["epoch"].transform("max")
+        scores = scores[scores.epoch == last]
+    for name in ("purity", "scores"):
+        frame = scores if name == "scores" else parts[name]
+        main = frame.score_name == MAIN_SCORE
+        parts[name], parts[f"extra_{name}"] = frame[main].reset_index(drop=True), frame[~main].reset_index(drop=True)
+    return parts
 
 
 def _epoch_filled(ranks: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:

@@ -78,6 +78,13 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("below_chance", pa.bool_()),  # cirbench.results.chance: the final kept set less clean than chance (a flag)
         ("below_chance_reason", pa.string()),
         ("n_nonfinite_queries", pa.int64()),  # final validation queries with a NaN or infinite score (misses)
+        # a kept-set cell (cirbench.engine.kept_plan), "" for any other: frontier, noise_type or replay; a reference
+        # cell, never ranked nor read by a claim
+        ("kept_set", pa.string()),
+        ("kept_set_purity", pa.float64()),  # the frontier's purity (NaN for the others)
+        ("kept_set_noise_type", pa.string()),  # the noise type cell's type
+        ("kept_set_source", pa.string()),  # the run id a replay replays
+        ("kept_set_source_sha256", pa.string()),  # that run's scores part as its runs row recorded it
         ("parts", pa.string()),  # JSON {table: {rows, bytes, sha256}} of the other parts (cirbench.results.verify)
     ],
     "metrics": [
@@ -133,7 +140,9 @@ others are its ``extra_scores``. Parts written before the column existed read as
 _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries": 0, "parts": "", "ties": 0, "subset_ties": 0,
                                 "collapsed": False, "collapse_reason": "", "below_chance": False, "below_chance_reason": "",
                                 "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": "",
-                                "reads_noise_rate": False, "metrics_version": "1"}
+                                "reads_noise_rate": False, "metrics_version": "1", "kept_set": "",
+                                "kept_set_purity": float("nan"), "kept_set_noise_type": "", "kept_set_source": "",
+                                "kept_set_source_sha256": ""}
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
