@@ -44,14 +44,21 @@ def _frontier(ax, stats: pd.DataFrame, baseline_colour: str) -> None:
             markersize=4, linewidth=1.4, zorder=3)
     for row in line.itertuples(index=False):
         text = {BASELINE_POINT: row.label, PERFECT_POINT: "perfect filter"}.get(row.kind, row.label.split(":", 1)[-1])
-        ax.annotate(text, (row.x, row.y), xytext=(3, -10), textcoords="offset points", fontsize=7, color="0.25")
+        left = row.kind in (PERFECT_POINT, BASELINE_POINT)  # the line's ends: labels inside the axes, off the line
+        offset = {PERFECT_POINT: (-2, 5), BASELINE_POINT: (-3, -11)}.get(row.kind, (3, -11))
+        ax.annotate(text, (row.x, row.y), xytext=offset, textcoords="offset points", fontsize=7, color="0.25",
+                    ha="right" if left else "left")
     base = line[line.kind == BASELINE_POINT]
     if len(base):
         ax.plot(base.x, base.y, "o", color=baseline_colour, markersize=7, zorder=4)
 
 
+LABEL_OFFSETS: tuple[tuple[int, int, str], ...] = ((6, 3, "left"), (-6, 3, "right"), (6, -12, "left"), (-6, -12, "right"))
+"""Where each method's name goes beside its dot, in turn, so that methods at one purity stay legible."""
+
+
 def _methods(ax, stats: pd.DataFrame, styles: dict) -> None:
-    for method in sorted(set(stats.method[stats.kind == METHOD_POINT])):
+    for i, method in enumerate(sorted(set(stats.method[stats.kind == METHOD_POINT]))):
         colour = styles.get(method, {"color": "0.3"})["color"]
         own = stats[(stats.kind == METHOD_POINT) & (stats.method == method)].iloc[0]
         x, y = own.x, own.y
@@ -63,7 +70,9 @@ def _methods(ax, stats: pd.DataFrame, styles: dict) -> None:
             ax.errorbar(x, ry, yerr=replay.yerr.iloc[0], fmt="o", markerfacecolor="white", markeredgewidth=1.8,
                         color=colour, markersize=8, capsize=2, elinewidth=0.9, zorder=5)
             ax.annotate("", (x, y), (x, ry), arrowprops={"arrowstyle": "->", "color": colour, "linewidth": 1.2}, zorder=4)
-        ax.annotate(method, (x, y), xytext=(6, 3), textcoords="offset points", fontsize=8, color=colour, weight="bold")
+        dx, dy, align = LABEL_OFFSETS[i % len(LABEL_OFFSETS)]
+        ax.annotate(method, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=8, color=colour, weight="bold",
+                    ha=align)
 
 
 def _noise_types(ax, stats: pd.DataFrame) -> None:
@@ -78,6 +87,8 @@ def _panel(ax, points: pd.DataFrame, column: str, name: str, styles: dict, basel
     _frontier(ax, stats, styles.get(baseline, {"color": "0.3"})["color"])
     _noise_types(ax, stats)
     _methods(ax, stats, styles)
+    ax.set_xlim(min(stats.x.min() - 8, 40), 103)
+    ax.margins(y=0.1)
     ax.set_xlabel("purity of the kept set (%)")
     ax.set_ylabel(f"{name} (%)")
     ax.set_title(f"{name}, {rate_label(rate)} noise", fontsize=10)

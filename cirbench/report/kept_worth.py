@@ -242,7 +242,8 @@ def _costs(worth: KeptWorth, judge, caught: pd.DataFrame) -> list[TypeCost]:
         values = group.metric.astype(float)
         std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
         costs.append(TypeCost(float(rate), kind, str(label), (float(values.mean()), std, len(values)), cost, by_method))
-    return sorted(costs, key=lambda c: (c.rate, c.noise_type))
+    order = {kind: i for i, kind in enumerate(worth.setting.noise_types)}  # the protocol's order, as the purity table's
+    return sorted(costs, key=lambda c: (c.rate, order.get(c.noise_type, len(order)), c.noise_type))
 
 
 def kept_worth(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> KeptWorth | None:
