@@ -50,7 +50,7 @@ class Section:
     leaderboard: Leaderboard | None = None
     lead_figures: list[FigureFile] = field(default_factory=list)
     """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
-    kept_worth: list = field(default_factory=list)
+    kept_worth: list[FigureFile | TableModel | str] = field(default_factory=list)
     """What a kept set is worth (:func:`~cirbench.report.kept_figure.kept_section`): the chart, the tables, or a line."""
 
 

@@ -42,12 +42,11 @@ def _frontier(ax, stats: pd.DataFrame, baseline_colour: str) -> None:
     ax.fill_between(line.x, line.y - line.yerr, line.y + line.yerr, color="0.5", alpha=0.18, linewidth=0)
     ax.plot(line.x, line.y, color=ORACLE_STYLE["color"], linestyle=ORACLE_STYLE["linestyle"], marker=ORACLE_STYLE["marker"],
             markersize=4, linewidth=1.4, zorder=3)
-    for row in line.itertuples(index=False):
-        text = {BASELINE_POINT: row.label, PERFECT_POINT: "perfect filter"}.get(row.kind, row.label.split(":", 1)[-1])
-        left = row.kind in (PERFECT_POINT, BASELINE_POINT)  # the line's ends: labels inside the axes, off the line
-        offset = {PERFECT_POINT: (-2, 5), BASELINE_POINT: (-3, -11)}.get(row.kind, (3, -11))
-        ax.annotate(text, (row.x, row.y), xytext=offset, textcoords="offset points", fontsize=7, color="0.25",
-                    ha="right" if left else "left")
+    for row in line[line.kind != BASELINE_POINT].itertuples(index=False):  # the baseline: its colour, in the legend
+        text = "perfect filter" if row.kind == PERFECT_POINT else row.label.split(":", 1)[-1]
+        left = row.kind == PERFECT_POINT  # the line's end: its label inside the axes, off the line
+        ax.annotate(text, (row.x, row.y), xytext=(-2, 5) if left else (3, -11), textcoords="offset points", fontsize=7,
+                    color="0.25", ha="right" if left else "left")
     base = line[line.kind == BASELINE_POINT]
     if len(base):
         ax.plot(base.x, base.y, "o", color=baseline_colour, markersize=7, zorder=4)
@@ -104,8 +103,8 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
     rates = sorted(points.noise_rate[points.kind.isin([FRONTIER, REPLAY])].unique())
     columns = [("metric", worth.metric)] + ([("recall", worth.recall)] if worth.recall and worth.recall != worth.metric else [])
     styles = method_styles(worth.setting)
-    width = 5.6 * len(columns)
-    fig = Figure(figsize=(width, 0.9 + 3.9 * len(rates)), dpi=DPI, layout="constrained")
+    width = 5.0 * len(columns)  # two rates fit a 1280x800 screen under the heading
+    fig = Figure(figsize=(width, 0.9 + 2.9 * len(rates)), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(rates), len(columns), squeeze=False)
     for row, rate in zip(axes, rates):
         here = points[points.noise_rate == rate]
@@ -115,6 +114,9 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
                       f"{worth.setting.describe()}", width)
     handles = [Line2D([], [], color="black", linestyle="--", marker="s", markersize=4,
                       label=f"frontier: {worth.baseline} at the clean share, noise dropped at random, perfect filter")]
+    base = styles.get(worth.baseline, {"color": "0.3"})["color"]
+    handles.append(Line2D([], [], color=base, marker="o", linestyle="none", markersize=7,
+                          label=f"{worth.baseline} (keeps every row: the clean share)"))
     for method in sorted(set(points.method[points.kind == METHOD_POINT])):
         colour = styles.get(method, {"color": "0.3"})["color"]
         handles.append(Line2D([], [], color=colour, marker="o", linestyle="none", markersize=7, label=method))
