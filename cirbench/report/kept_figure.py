@@ -113,18 +113,18 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
     figure_title(fig, f"What a kept set is worth: score against the purity of the kept set, at the epoch the claims read: "
                       f"{worth.setting.describe()}", width)
     handles = [Line2D([], [], color="black", linestyle="--", marker="s", markersize=4,
-                      label=f"frontier: {worth.baseline} at the clean share, noise dropped at random, perfect filter")]
+                      label=f"frontier ({worth.baseline}'s loss, noise dropped at random)")]
     base = styles.get(worth.baseline, {"color": "0.3"})["color"]
     handles.append(Line2D([], [], color=base, marker="o", linestyle="none", markersize=7,
-                          label=f"{worth.baseline} (keeps every row: the clean share)"))
+                          label=f"{worth.baseline} (keeps every row)"))
     for method in sorted(set(points.method[points.kind == METHOD_POINT])):
         colour = styles.get(method, {"color": "0.3"})["color"]
         handles.append(Line2D([], [], color=colour, marker="o", linestyle="none", markersize=7, label=method))
     handles.append(Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
-                          label=f"its replay ({worth.baseline}'s loss on its kept set)"))
+                          label=f"its replay ({worth.baseline}'s loss, its kept set)"))
     if points.kind.eq(NOISE_TYPE).any():
         handles.append(Line2D([], [], **NOISE_TYPE_STYLE, label="one noise type only"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), frameon=False, fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False, fontsize=8)
     return save_figure(fig, out, "kept_set_worth", "What a kept set is worth: the purity-recall chart", _caption(worth),
                        _alt(worth, points, rates))
 

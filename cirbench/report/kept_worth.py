@@ -29,7 +29,7 @@ import pandas as pd
 
 from cirbench.report.bootstrap import N_RESAMPLES
 from cirbench.report.claims import Check, recall_judge
-from cirbench.report.leaderboard import BETTER, RECALL_COLUMNS, UNSEPARATED, VERSUS, WORSE
+from cirbench.report.leaderboard import BETTER, RECALL_COLUMNS, UNSEPARATED, VERSUS, WORSE, Judge
 from cirbench.report.leaderboard_render import MARKS
 from cirbench.report.load import COLLAPSE_MARK, Setting
 from cirbench.report.selection import rule_view
@@ -180,7 +180,7 @@ def chart_points(setting: Setting, epochs: pd.Series, baseline: str, perfect: st
     stale = 0
     replays = points.index[points.kind == REPLAY]
     cells = points[points.kind == METHOD_POINT].reset_index().set_index(["method", "noise_rate", "seed"]).run_id
-    for run_id in replays:
+    for run_id in replays:  # at the purity of the source's cell as the report reads it
         source = str(runs.at[run_id, "kept_set_source"])
         name = str(runs.at[run_id, "method"]).split(":", 1)[1]
         read = cells.get((name, points.at[run_id, "noise_rate"], points.at[run_id, "seed"]))
@@ -203,7 +203,7 @@ def points_text(check: Check | None) -> str:
     return f"{check.comparison.mean * 100:+.2f} {_mark(check)}".strip()
 
 
-def _splits(worth: KeptWorth, judge) -> list[Split]:
+def _splits(worth: KeptWorth, judge: Judge) -> list[Split]:
     """The decomposition of every method with a replay, per noise rate; the three terms of a
     row read the same seeds (each names every cell, weight 0 where it does not enter)."""
     points, base, perfect = worth.points, worth.baseline, worth.perfect
@@ -226,7 +226,7 @@ def _splits(worth: KeptWorth, judge) -> list[Split]:
     return splits
 
 
-def _costs(worth: KeptWorth, judge, caught: pd.DataFrame) -> list[TypeCost]:
+def _costs(worth: KeptWorth, judge: Judge, caught: pd.DataFrame) -> list[TypeCost]:
     """Each noise type's cell at each rate against the perfect filter's, and what the methods caught of it."""
     points, costs = worth.points, []
     types = points[points.kind == NOISE_TYPE]
