@@ -160,15 +160,17 @@ def test_the_noise_types_cost_the_baseline_against_the_perfect_filter(kept_repor
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
     values = _headline(root)
     rows = _table(markdown, NOISE_TYPES_TITLE)
-    assert [r[1] for r in rows] == [f"noise_type:{t}" for t in ("reference", "caption", "target")] * 2
+    words = {"clean + reference image swapped": "reference", "clean + caption swapped": "caption",
+             "clean + target image swapped": "target"}
+    assert [words[r[1]] for r in rows] == ["reference", "caption", "target"] * 2
     header = markdown[markdown.index(f"### {NOISE_TYPES_TITLE}"):].split("\n\n")[2].splitlines()[0]
     assert "conesep: caught (%)" in header and "tme: caught (%)" in header
-    for rate_text, label, _, cost, conesep, tme in rows:
+    for rate_text, cell, _, cost, conesep, tme in rows:
         rate = float(rate_text.rstrip("%")) / 100
-        assert _number(cost) == pytest.approx(_paired(values, label, "oracle", rate), abs=0.006)
-        if label.endswith("caption"):  # conesep keeps 20% of caption swaps, tme 60%
+        assert _number(cost) == pytest.approx(_paired(values, f"noise_type:{words[cell]}", "oracle", rate), abs=0.006)
+        if words[cell] == "caption":  # conesep keeps 20% of caption swaps, tme 60%
             assert float(conesep) > float(tme)
-    caption80 = next(r for r in rows if r[:2] == ["80%", "noise_type:caption"])
+    caption80 = next(r for r in rows if r[:2] == ["80%", "clean + caption swapped"])
     assert _number(caption80[3]) < -10 and caption80[3].endswith("▼")
 
 

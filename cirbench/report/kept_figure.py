@@ -141,11 +141,18 @@ def _caption(worth: KeptWorth) -> str:
             "every clean triplet plus one noise type only.")
 
 
+def _words(kind: str, method: str) -> str:
+    """A point of the chart in words: ``the frontier at 0.8``, ``tme's replay``, ``tme``."""
+    if kind == FRONTIER:
+        return f"the frontier at {method.split(':p', 1)[-1]}"
+    return {REPLAY: f"{method}'s replay", PERFECT_POINT: "the perfect filter"}.get(kind, method)
+
+
 def _alt(worth: KeptWorth, points: pd.DataFrame, rates: list[float]) -> str:
     parts = []
     for rate in rates:
         here = points[points.noise_rate == rate].groupby(["kind", "method"])[["purity", "metric"]].mean()
-        words = [f"{method} ({kind}) {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
+        words = [f"{_words(kind, method)} {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
                  if kind != NOISE_TYPE]
         parts.append(f"at {rate_label(rate)}: " + "; ".join(words))
     return (f"Scatter of {worth.metric} and {worth.recall} against the kept set's purity, with the frontier as a dashed "

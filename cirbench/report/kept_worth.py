@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from cirbench.data.noise import NOISE_PROTOCOLS
 from cirbench.report.bootstrap import N_RESAMPLES
 from cirbench.report.claims import Check, recall_judge
 from cirbench.report.leaderboard import BETTER, RECALL_COLUMNS, UNSEPARATED, VERSUS, WORSE, Judge
@@ -73,6 +74,7 @@ class TypeCost:
     rate: float
     noise_type: str
     label: str
+    """The cell in words, e.g. ``clean + caption swapped``."""
     headline: tuple[float, float, int]
     """The type cell's headline (percent): mean, std over seeds, seeds."""
     cost: Check | None
@@ -226,6 +228,12 @@ def _splits(worth: KeptWorth, judge: Judge) -> list[Split]:
     return splits
 
 
+def _type_words(setting: Setting, kind: str) -> str:
+    """A noise type's cell in words, as its protocol describes the type: ``clean + caption swapped``."""
+    protocol = NOISE_PROTOCOLS.get(setting.noise_protocol) if setting.noise_protocol in NOISE_PROTOCOLS else None
+    return f"clean + {getattr(protocol, 'noise_types', {}).get(kind, kind)}"
+
+
 def _costs(worth: KeptWorth, judge: Judge, caught: pd.DataFrame) -> list[TypeCost]:
     """Each noise type's cell at each rate against the perfect filter's, and what the methods caught of it."""
     points, costs = worth.points, []
@@ -241,7 +249,8 @@ def _costs(worth: KeptWorth, judge: Judge, caught: pd.DataFrame) -> list[TypeCos
         by_method = {m: float(v) for m, v in shares.groupby(methods.method).mean().items() if math.isfinite(v)}
         values = group.metric.astype(float)
         std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
-        costs.append(TypeCost(float(rate), kind, str(label), (float(values.mean()), std, len(values)), cost, by_method))
+        costs.append(TypeCost(float(rate), kind, _type_words(worth.setting, kind), (float(values.mean()), std, len(values)),
+                              cost, by_method))
     order = {kind: i for i, kind in enumerate(worth.setting.noise_types)}  # the protocol's order, as the purity table's
     return sorted(costs, key=lambda c: (c.rate, order.get(c.noise_type, len(order)), c.noise_type))
 
