@@ -142,7 +142,7 @@ def _caption(worth: KeptWorth) -> str:
 
 
 def _words(kind: str, method: str) -> str:
-    """A point of the chart in words: ``the frontier at 0.8``, ``tme's replay``, ``tme``."""
+    """A point of the chart in words: ``the frontier at 0.8``, ``<method>'s replay``, ``<method>``."""
     if kind == FRONTIER:
         return f"the frontier at {method.split(':p', 1)[-1]}"
     return {REPLAY: f"{method}'s replay", PERFECT_POINT: "the perfect filter"}.get(kind, method)
