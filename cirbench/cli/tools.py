@@ -17,6 +17,7 @@ from rich.table import Table
 
 from cirbench import defaults
 from cirbench.cli.options import Results, console, fail, parse_dataset_options, print_problems, split_list
+from cirbench.results.metrics import REPRODUCED
 
 
 results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
@@ -169,7 +170,7 @@ def reproduce(
     epochs: Optional[int] = typer.Option(None, "--epochs", show_default=False, help="Default: the reference runs'."),
     holdout: Optional[float] = typer.Option(None, "--holdout", show_default=False, help="Default: the reference runs'."),
     batch_size: int = typer.Option(defaults.BATCH_SIZE, "--batch-size", help="Training batch size."),
-    metrics: str = typer.Option("recall@5,recall@10,recall_subset@1", "--metrics", help="Comma-separated metrics."),
+    metrics: str = typer.Option(",".join(REPRODUCED), "--metrics", help="Comma-separated metrics."),
     spread: float = typer.Option(2.0, "--spread", help="Allowed difference, in the reference seeds' std."),
     scratch: Optional[Path] = typer.Option(None, "--scratch", show_default=False,
                                            help="Where the cells run (default: a new temporary folder)."),
