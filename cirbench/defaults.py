@@ -26,6 +26,11 @@ HOSTED_RATE = 0.0
 """The one noise rate at which ``cirbench calibrate`` runs the hosted methods (every built-in
 method without a role): clean data, where "every hosted method learns" is read. No method's
 noisy cell is ever part of a calibration (``docs/benchmark.md``)."""
+REPRODUCE_METHODS = ("sprc",)
+REPRODUCE_RATES = (0.0, 0.8)
+REPRODUCE_SPREAD = 2.0
+"""What ``cirbench reproduce`` re-runs by default (the baseline, clean and at 80% noise) and
+how far, in the reference seeds' std, a re-run cell may fall from its seed's value."""
 FRONTIER_PURITIES = [0.8, 0.6, 0.4]
 """The purities of the kept sets of the frontier's cells (``--frontier``, docs/kept-sets.md), each
 made only at a noise rate whose clean share (1 - rate) it lies above."""
