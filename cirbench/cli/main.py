@@ -27,6 +27,7 @@ from cirbench.cli.grid import (calibrate_grid, calibration_checks, kept_set_opti
 from cirbench.cli.study import study
 from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
 
+
 def _listed(values) -> str:
     """A default list as the command line writes it: ``0,0.5,0.8``."""
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
