@@ -1,52 +1,66 @@
-"""Each metric and the headline defined once (:mod:`cirbench.results.metrics`): the evaluator's
-names, a dataset's stored average, the report's column and the bootstrap's terms all follow
-the one definition of each average."""
+"""Recall and purity on hand-computed cases, and the evaluator on a fixed score matrix."""
 
 from __future__ import annotations
 
-import pandas as pd
+import numpy as np
 import pytest
+import torch
 
-from cirbench.data import cirr, fashioniq
-from cirbench.report.bootstrap import rank_terms
-from cirbench.results.headline import headline_column, wide_columns
-from cirbench.results.metrics import AVERAGES, CIRR_AVERAGE, FASHIONIQ_AVERAGE, RECALL, RECALL_NAME, metric_label, recall_name
-
-
-def _frame(results: dict[str, dict[str, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"run_id": "a", "group": g, "metric": m, "value": v} for g, values in results.items()
-                         for m, v in values.items()])
+from cirbench.engine.recorder import purity_rows
+from cirbench.engine.retrieval import recall_at, subset_scores, target_ranks
 
 
-def test_the_evaluators_names_read_back() -> None:
-    assert RECALL_NAME.fullmatch(recall_name(10)).group("k") == "10" and recall_name(1, subset=True) == "recall_subset@1"
-    assert metric_label(recall_name(1, subset=True)) == "R_sub@1" and metric_label(RECALL) == "R@10"
-    assert all(RECALL_NAME.fullmatch(part) for average in AVERAGES for part in average.parts)
+def test_target_ranks_hand_computed() -> None:
+    scores = torch.tensor(
+        [
+            [0.9, 0.1, 0.5, 0.3],  # target col 2: one higher (0.9) -> rank 1
+            [0.2, 0.8, 0.1, 0.7],  # target col 1: rank 0
+            [0.4, 0.4, 0.4, 0.1],  # target col 0: ties do not count against it -> rank 0
+        ]
+    )
+    assert target_ranks(scores, torch.tensor([2, 1, 0])).tolist() == [1, 0, 0]
 
 
-def test_a_datasets_stored_average_is_the_reports_column() -> None:
-    clean = {"recall@1": 0.1, "recall@5": 0.35, "recall@10": 0.5, "recall@50": 0.9, "recall_subset@1": 0.62}
-    results = {"all": clean}
-    results.update(cirr.summarize(results))
-    assert results["all"][CIRR_AVERAGE.stored] == pytest.approx((0.35 + 0.62) / 2)
-    wide = wide_columns(_frame(results), ["run_id"])
-    assert wide.loc["a", CIRR_AVERAGE.column] == pytest.approx(100 * results["all"][CIRR_AVERAGE.stored])
-    assert headline_column(list(wide.columns)) == CIRR_AVERAGE.column
-    categories = {c: {"recall@10": 0.1 * (i + 1), "recall@50": 0.2 * (i + 2)} for i, c in enumerate(fashioniq.CATEGORIES)}
-    stored = fashioniq.summarize(categories)
-    wide = wide_columns(_frame({**categories, **stored}), ["run_id"])
-    (group, values), = stored.items()
-    assert wide.loc["a", FASHIONIQ_AVERAGE.column] == pytest.approx(100 * values[FASHIONIQ_AVERAGE.stored])
-    assert [wide.loc["a", FASHIONIQ_AVERAGE.part_column(p)] for p in FASHIONIQ_AVERAGE.parts] == pytest.approx(
-        [100 * values[p] for p in FASHIONIQ_AVERAGE.parts])
-    assert headline_column(list(wide.columns)) == FASHIONIQ_AVERAGE.column
+def test_reference_exclusion_and_missing_target() -> None:
+    scores = torch.tensor([[0.9, 0.1, 0.5, 0.3], [0.2, 0.8, 0.1, 0.7]])
+    # excluding column 0 (the reference) lifts query 0's target to rank 0
+    ranks = target_ranks(scores, torch.tensor([2, -1]), exclude_col=torch.tensor([0, -1]))
+    assert ranks.tolist() == [0, 4]  # a target not in the gallery never counts as found
 
 
-@pytest.mark.parametrize("average", AVERAGES, ids=lambda a: a.column)
-def test_the_bootstrap_weighs_each_part_of_an_average_as_defined(average) -> None:
-    groups = ["dress", "shirt"] if average.over_categories else ["all"]
-    metrics = pd.DataFrame([{"group": g, "metric": m} for g in groups for m in average.parts])
-    terms = rank_terms(average.column, metrics)
-    assert sum(t.weight for t in terms) == pytest.approx(1.0) and len(terms) == len(groups) * len(average.parts)
-    assert {(t.column == "subset_rank", t.k) for t in terms} == {
-        (bool(RECALL_NAME.fullmatch(p).group("subset")), int(RECALL_NAME.fullmatch(p).group("k"))) for p in average.parts}
+def test_recall_at() -> None:
+    r = recall_at(np.array([0, 1, 4, 9, 10, 60]), (1, 5, 10, 50))
+    assert r == pytest.approx({1: 1 / 6, 5: 3 / 6, 10: 4 / 6, 50: 5 / 6})
+
+
+def test_subset_scores_masks_padding() -> None:
+    scores = torch.tensor([[0.1, 0.9, 0.3, 0.7]])
+    sub = subset_scores(scores, torch.tensor([[3, 2, -1]]))
+    assert sub[0, :2].tolist() == pytest.approx([0.7, 0.3]) and sub[0, 2] == float("-inf")
+    assert target_ranks(sub, torch.tensor([1])).tolist() == [1]
+
+
+def test_purity_counts_hand_computed() -> None:
+    is_noisy = np.array([0, 0, 0, 0, 1, 1, 1, 1], dtype=bool)
+    noise_type = np.array(["clean"] * 4 + ["reference", "caption", "caption", "target"], dtype=object)
+    selected = np.array([1, 1, 1, 0, 0, 1, 0, 0], dtype=bool)  # keeps 3 clean + 1 caption-noisy
+    score = np.array([0.1, 0.2, 0.3, 0.6, 0.9, 0.4, 0.8, 0.7])
+    rows = purity_rows(selected, score, is_noisy, noise_type).set_index("noise_type")
+    overall = rows.loc["all"]
+    assert (overall.n_selected, overall.n_selected_clean, overall.n_selected_noisy) == (4, 3, 1)
+    assert overall.purity == pytest.approx(0.75)
+    assert overall.clean_recall == pytest.approx(0.75)
+    assert overall.noise_recall == pytest.approx(0.75)
+    # AUROC: noisy scores {0.9, 0.4, 0.8, 0.7} vs clean {0.1, 0.2, 0.3, 0.6}: 15 of 16 pairs ordered
+    assert overall.auroc == pytest.approx(15 / 16)
+    caption = rows.loc["caption"]
+    assert (caption.n_samples, caption.n_selected, caption.noise_recall) == (2, 1, 0.5)
+    assert rows.loc["reference"].noise_recall == 1.0 and rows.loc["reference"].auroc == 1.0
+    assert list(rows.index) == ["all", "reference", "caption", "target"]
+
+
+def test_purity_for_a_method_that_only_scores() -> None:
+    is_noisy = np.array([0, 1, 0, 1], dtype=bool)
+    rows = purity_rows(None, np.array([0.1, 0.9, 0.2, 0.8]), is_noisy, np.array(["clean", "caption"] * 2, dtype=object))
+    assert rows.n_selected.isna().all() and rows.purity.isna().all()
+    assert rows.set_index("noise_type").loc["all"].auroc == 1.0
