@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
-from cirbench.cli.grid import resolved_holdout
+from cirbench.api.grids import resolved_holdout
 from cirbench.engine.cell import run_reference
 from cirbench.engine.evaluate import Evaluation
 from cirbench.engine.grid import Grid, GridSpec

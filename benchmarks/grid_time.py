@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from _profiling import default_spec
+from cirbench import defaults
 from cirbench.engine.cell import run_cell
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.grid import Grid, GridSpec
@@ -45,8 +46,8 @@ def timed(fn, repeats: int = 3) -> float:
 def main(argv: list[str] | None = None) -> None:
     """Time the grid the arguments name and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", default="sprc,oracle")
-    parser.add_argument("--noise", default="0,0.5,0.8")
+    parser.add_argument("--methods", default=",".join(defaults.METHODS))
+    parser.add_argument("--noise", default=",".join(f"{rate:g}" for rate in defaults.NOISE_RATES))
     parser.add_argument("--dataset", default="shapes")
     parser.add_argument("--epochs", type=int, default=GridSpec.epochs)
     parser.add_argument("--batch-size", type=int, default=GridSpec.batch_size)

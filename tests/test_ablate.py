@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import cirbench.engine.grid as grid_module
+import cirbench.api.grids as grid_module  # where `cirbench run` builds its grid
 from cirbench.cli import app
 from cirbench.engine.ablation import expand_ablations, merge_rows
 from cirbench.engine.grid import Grid, GridError, GridSpec

@@ -1,5 +1,5 @@
 """The shape of the code: no import cycle in ``cirbench/``, layers that point one way
-(data -> backbones -> methods -> engine -> report -> cli, with ``results/`` beside them),
+(data -> backbones -> methods -> engine -> report -> api -> cli, with ``results/`` beside them),
 small functions and modules, and a ``--help`` that imports no torch.
 
 The import graph is read with :mod:`ast` from the source, so it counts every import: at
@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cirbench.method", "cirbench.plugins", "cirbench.checkpoint"),
     ("cirbench.engine", "cirbench.engine.predict"),
     ("cirbench.report",),
+    ("cirbench.api",),
     (CLI,),
 ]
 RESULTS = "cirbench.results"
@@ -174,6 +175,13 @@ def test_help_imports_no_torch() -> None:
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_benchmarks_import_no_command_line_module() -> None:
+    """A benchmark builds its grid as the Python API does (:mod:`cirbench.api`), not through the CLI."""
+    found = sorted(f"{path.name}: {name}" for path in (ROOT / "benchmarks").glob("*.py")
+                   for _, name in _imports(ast.parse(path.read_text())) if _in(name, CLI))
+    assert len(list((ROOT / "benchmarks").glob("*.py"))) > 3 and found == []
 
 
 def test_the_report_imports_nothing_from_the_engine() -> None:

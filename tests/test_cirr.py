@@ -19,7 +19,7 @@ from cirbench.data.registry import DATASETS
 from cirbench.engine.evaluate import evaluate
 from cirbench.engine.features import image_tokens
 from cirbench.plugins import discover
-from cirbench.engine.predict import rank_test_queries, write_submission
+from cirbench.engine.predict import checkpoint_method_class, rank_test_queries, write_submission
 from fixtures import ScoreTableMethod, write_cirr
 
 CIRR = DATASETS.get("cirr")
@@ -138,6 +138,35 @@ def test_cli_run_save_reload_and_predict(root, tmp_path) -> None:
     assert set(recall) == pairids | {"version", "metric"} and set(subset) == pairids | {"version", "metric"}
     assert all(len(v) == 11 for k, v in recall.items() if k in pairids)  # 12 test1 images minus the reference
     assert all(len(v) == 3 for k, v in subset.items() if k in pairids)
+
+
+def test_a_kept_set_cells_checkpoint_reloads_and_predicts(root, tmp_path) -> None:
+    """A frontier cell's checkpoint (the perfect filter's model under the cell's label) is
+    rebuilt by ``cirbench predict`` and reproduces the cell's stored validation metrics."""
+    out, cache = tmp_path / "results", tmp_path / "cache"
+    runner = CliRunner()
+    result = runner.invoke(app, [
+        "run", "--dataset", "cirr", "--data-root", str(root[0]), "--methods", "sprc", "--noise", "0.5", "--frontier-purity", "0.8",
+        "--epochs", "1", "--batch-size", "4", "--output", str(out), "--cache-dir", str(cache), "--save",
+    ])
+    assert result.exit_code == 0, result.output
+    runs = pd.read_parquet(out / "runs").set_index("method")
+    run_id = runs.loc["frontier:p0.8", "run_id"]
+    result = runner.invoke(app, ["predict", run_id, "--results", str(out), "--cache-dir", str(cache)])
+    assert result.exit_code == 0, result.output
+    recall = json.loads((out / "predictions" / run_id / f"recall_submission_{run_id}.json").read_text())
+    assert set(recall) == {str(e["pairid"]) for e in root[1]["test1"]} | {"version", "metric"}
+
+    meta, _ = read_checkpoint(Path(runs.loc["frontier:p0.8", "checkpoint_path"]))
+    loaded = load_method(Path(runs.loc["frontier:p0.8", "checkpoint_path"]), checkpoint_method_class(Path("x"), meta, discover()),
+                         cache, torch.device("cpu")).method
+    data = CIRR(cache, root[0])
+    again = evaluate(loaded, data, data.val, image_tokens(data, loaded.backbone, cache),
+                     loaded.backbone.tokenize(data.val.texts), torch.device("cpu")).results
+    metrics = pd.read_parquet(out / "metrics")
+    stored = metrics[(metrics.run_id == run_id) & (metrics.split == "val")]
+    stored = stored[stored.epoch == stored.epoch.max()].set_index("metric").value.to_dict()
+    assert again["all"] == pytest.approx(stored)
 
 
 def test_checkpoint_refuses_pickles_and_mismatches(tmp_path) -> None:

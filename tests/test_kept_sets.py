@@ -2,7 +2,8 @@
 of a replay (the perfect filter's run replayed gives its metrics exactly; a run whose kept set
 is every row, after a warm-up epoch with none, gives the baseline's exactly), a plugin
 method from docs/examples replayed without any change, a frontier cell's kept set, the runs
-table's record of them, a rerun that skips them, and a report that never ranks them.
+table's record of them, a rerun that skips them (but redoes a replay whose source was re-run
+with another kept set), and a report that never ranks them.
 
 The replays must read the source's recorded kept set, never the ground truth: the second
 and third tests fail when they do (the first cannot tell: the perfect filter's kept set is
@@ -11,6 +12,7 @@ the ground truth)."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.runner import run_grid
 from cirbench.report import build_report
 from cirbench.report.load import load_results
-from cirbench.results.store import MAIN_SCORE, ResultsStore
+from cirbench.results.store import MAIN_SCORE, TABLES, ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "docs" / "examples" / "template_per_batch.py"
@@ -144,6 +146,34 @@ def test_a_rerun_skips_them_and_a_grid_without_the_sources_finds_the_same_replay
     alone = Grid(_spec(trained.store.root.parent, cache_dir, methods=["sprc"], frontier=[]))  # the sources complete in the folder
     assert [(c.key.method, c.key.run_id) for c in alone.cells if c.kept is not None] == [
         (label, trained.run_id(label)) for label in ("replay:oracle", "replay:keeps_every_row", "replay:template_per_batch")]
+
+
+def test_a_replay_whose_source_recorded_another_kept_set_since_is_redone(
+        trained: Trained, cache_dir: Path, tmp_path: Path) -> None:
+    """A source re-run with another kept set (here its record rewritten with the kept rows
+    flipped) makes its replay stale: the next run redoes that replay, keeps its old record
+    under quarantine/, and skips everything else."""
+    shutil.copytree(trained.store.root.parent, tmp_path, dirs_exist_ok=True)
+    grid = Grid(_spec(tmp_path, cache_dir))
+    store, source = grid.store, next(c.key for c in grid.cells if c.key.method == "template_per_batch")
+    tables = {table: store.read(table, [source.run_id]) for table in TABLES if table != "runs"}
+    main = tables["scores"].score_name == MAIN_SCORE
+    tables["scores"].loc[main, "selected_clean"] = ~tables["scores"].loc[main, "selected_clean"].astype(bool)
+    row = store.read("runs", [source.run_id]).iloc[0].to_dict()
+    store.write_run(source, {k: v for k, v in row.items() if k != "parts"}, tables)
+    assert store.is_complete(source.run_id)
+    status = {o.cell.key.method: o.status for o in run_grid(grid)}
+    assert status.pop("replay:template_per_batch") == "completed" and set(status.values()) == {"skipped"}
+    runs = store.read("runs").set_index("method")
+    new_sha = json.loads(runs.loc["template_per_batch", "parts"])["scores"]["sha256"]
+    assert runs.loc["replay:template_per_batch", "kept_set_source_sha256"] == new_sha
+    assert new_sha != json.loads(row["parts"])["scores"]["sha256"]
+    replay_id = trained.run_id("replay:template_per_batch")
+    assert list((tmp_path / "results" / "quarantine").rglob(f"runs/{replay_id}.parquet"))
+    scores = store.read("scores", [replay_id])
+    scores = scores[scores.score_name == MAIN_SCORE]
+    replayed = scores.pivot(index="sample_id", columns="epoch", values="selected_clean").astype(bool)
+    pd.testing.assert_frame_equal(replayed, ~trained.kept("template_per_batch").astype(bool))  # the new kept set
 
 
 def test_the_report_never_ranks_them_and_keeps_them_apart(trained: Trained, tmp_path: Path) -> None:

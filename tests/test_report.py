@@ -385,7 +385,7 @@ def test_cli_report(small: Path, tmp_path: Path) -> None:
 def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Path, monkeypatch) -> None:
     """``run --report`` builds the report of --output into --report-dir (the grid itself is
     replaced by one with no cells left to run, so the test stays fast)."""
-    import cirbench.engine.grid as grid_module
+    import cirbench.api.grids as grid_module  # where `cirbench run` builds its grid
 
     root = small
 

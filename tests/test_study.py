@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.cli.grid import calibrate_grid, sweep_grid, validated_grid
 from cirbench.cli.options import console
-from cirbench.cli.study import run_study, study_grid
+from cirbench.api.study import study_grid
+from cirbench.cli.study import run_study
 from cirbench.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,10 +22,16 @@ from cirbench.cli.options import (
     FrontierPurity, Holdout, Jobs, NoiseProtocol, NoiseTypes, Opt, Plugins, Precision, Replay, Results, Seeds, Weights,
     console, fail, parse_dataset_options, split_list,
 )
-from cirbench.cli.grid import (DEFAULT_NOISE, calibrate_grid, calibration_checks, kept_set_options, launch, print_summary,
+from cirbench.cli.grid import (calibrate_grid, calibration_checks, kept_set_options, launch, print_summary,
                                register_plugins, run_here, sweep_grid, validated_grid, write_report)
 from cirbench.cli.study import study
 from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
+
+
+def _listed(values) -> str:
+    """A default list as the command line writes it: ``0,0.5,0.8``."""
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark composed image retrieval under noisy triplets.")
 
@@ -50,9 +56,9 @@ def main(
 @app.command()
 def run(
     methods: Annotated[Optional[str], Opt("--methods", "-m", show_default=False, help="Comma-separated method names or "
-                                          "name:label variants (default: sprc,oracle; with --ablate: none).")] = None,
+                                          f"name:label variants (default: {_listed(defaults.METHODS)}; with --ablate: none).")] = None,
     noise: Annotated[Optional[str], Opt("--noise", "-n", show_default=False, help="Comma-separated noise rates in [0, 1) "
-                                        "(default: 0,0.5,0.8; with --ablate: the ablated methods' ablation noise rates).")] = None,
+                                        f"(default: {_listed(defaults.NOISE_RATES)}; with --ablate: the ablated methods' ablation noise rates).")] = None,
     ablate: Annotated[Optional[str], Opt("--ablate", show_default=False, help=ABLATE_HELP)] = None,
     frontier: Frontier = False, frontier_purity: FrontierPurity = None, noise_types: NoiseTypes = False, replay: Replay = None,
     seeds: Annotated[str, Opt("--seeds", help="Comma-separated seeds.")] = "0",
@@ -113,9 +119,9 @@ def run(
 @app.command()
 def sweep(
     methods: Annotated[str, Opt("--methods", "-m", help="Comma-separated methods to tune, each with the same budget.")],
-    noise: Annotated[str, Opt("--noise", "-n", help="Comma-separated noise rates in [0, 1).")] = DEFAULT_NOISE,
+    noise: Annotated[str, Opt("--noise", "-n", help="Comma-separated noise rates in [0, 1).")] = _listed(defaults.NOISE_RATES),
     trials: Annotated[int, Opt("--trials", help="Trials per method; trial 0 is the defaults, the others draw from "
-                               "the method's Config.search_space.")] = 4,
+                               "the method's Config.search_space.")] = defaults.TRIALS,
     seeds: Seeds = "0",
     holdout: Annotated[float, Opt("--holdout", help="Share of the noisy training triplets held out, noise included, to "
                                   "select each trial's epoch and the best trial on (docs/selection.md).")] = defaults.HOLDOUT,

@@ -7,7 +7,6 @@ it with the released start (:mod:`cirbench.backbones.tiny_rebuild`), or re-relea
 from __future__ import annotations
 
 import math
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from cirbench import defaults
 from cirbench.cli.options import Results, console, fail, parse_dataset_options, print_problems, split_list
+from cirbench.results.metrics import REPRODUCED
 
 
 results_app = typer.Typer(no_args_is_help=True, help="Check a results folder.")
@@ -162,15 +162,16 @@ def predict(
 def reproduce(
     reference: Path = typer.Option(..., "--reference", help="The report folder (or its final_metrics.csv) or results "
                                    "folder to reproduce."),
-    methods: str = typer.Option("sprc", "--methods", "-m", help="Comma-separated methods to re-run."),
-    noise: str = typer.Option("0,0.8", "--noise", "-n", help="Comma-separated noise rates to re-run."),
+    methods: str = typer.Option(",".join(defaults.REPRODUCE_METHODS), "--methods", "-m", help="Comma-separated methods to re-run."),
+    noise: str = typer.Option(",".join(f"{r:g}" for r in defaults.REPRODUCE_RATES), "--noise", "-n",
+                              help="Comma-separated noise rates to re-run."),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds to re-run."),
     dataset: str = typer.Option("shapes", "--dataset", "-d", help="The reference's dataset."),
     epochs: Optional[int] = typer.Option(None, "--epochs", show_default=False, help="Default: the reference runs'."),
     holdout: Optional[float] = typer.Option(None, "--holdout", show_default=False, help="Default: the reference runs'."),
     batch_size: int = typer.Option(defaults.BATCH_SIZE, "--batch-size", help="Training batch size."),
-    metrics: str = typer.Option("recall@5,recall@10,recall_subset@1", "--metrics", help="Comma-separated metrics."),
-    spread: float = typer.Option(2.0, "--spread", help="Allowed difference, in the reference seeds' std."),
+    metrics: str = typer.Option(",".join(REPRODUCED), "--metrics", help="Comma-separated metrics."),
+    spread: float = typer.Option(defaults.REPRODUCE_SPREAD, "--spread", help="Allowed difference, in the reference seeds' std."),
     scratch: Optional[Path] = typer.Option(None, "--scratch", show_default=False,
                                            help="Where the cells run (default: a new temporary folder)."),
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where generated data and caches live."),
@@ -179,71 +180,25 @@ def reproduce(
     """Re-run a few cells of a report's setting here and check that their final metrics fall
     within the report's spread over seeds: does this machine reproduce it? Exit 0 when every
     cell does, 1 when one does not, 2 when the reference cannot answer (no such cells, one seed)."""
-    from cirbench.backbones import tiny_release
-    from cirbench.report.reproduce_check import (ReferenceFolderError, check_same_start, compare, load_reference, setting_of,
-                                                 verdict_lines)
+    from cirbench.api.reproduce import reproduce as reproduced
+    from cirbench.report.reproduce_check import ReferenceFolderError, verdict_lines
 
-    wanted, grid_fields = _reproduced_setting(methods, noise, seeds, dataset)
-    metric_names = split_list(metrics, str, "--metrics")
     try:
-        runs, table = load_reference(reference, wanted, metric_names)
-        check_same_start(runs, tiny_release.START_KEY)  # the default backbone and weights: the released tiny start
-        epochs, holdout = int(setting_of(runs, "epochs", epochs)), setting_of(runs, "holdout", holdout)
-        scratch = scratch or Path(tempfile.mkdtemp(prefix="cirbench-reproduce-"))
-        console.print(f"re-running cells ({epochs} epochs, held-out share {holdout:g}) into {scratch}")
-        done, here = _rerun({**grid_fields, "epochs": epochs, "holdout": holdout, "batch_size": batch_size,
-                             "output": scratch, "cache_dir": cache_dir}, jobs, metric_names)
-        console.print(f"starts: reference {', '.join(sorted(set(runs.start_key) - {''})) or 'not recorded'}; "
-                      f"here {', '.join(sorted(set(done.start_key)))}")
-        verdicts = compare(table, here, spread)
+        found = reproduced(reference, split_list(methods, str, "--methods"), split_list(noise, float, "--noise"),
+                           split_list(seeds, int, "--seeds"), dataset, epochs, holdout, batch_size,
+                           split_list(metrics, str, "--metrics"), spread, scratch, cache_dir, jobs,
+                           announce=lambda message: console.print(message))
     except ReferenceFolderError as exc:
         fail(str(exc))
-    for line in verdict_lines(verdicts):
-        typer.echo(line)
-    outside = [v for v in verdicts if not v.within]
-    typer.echo(f"{len(verdicts) - len(outside)} of {len(verdicts)} within {spread:g} std of the reference's seeds")
-    raise typer.Exit(1 if outside else 0)
-
-
-def _reproduced_setting(methods: str, noise: str, seeds: str, dataset: str):
-    """The cells ``reproduce`` compares (a :class:`~cirbench.report.reproduce_check.Wanted`) and
-    the grid fields that name them, on the default backbone with its default weights."""
-    from cirbench.engine.spec import GridSpec, backbone_label, dataset_label
-    from cirbench.report.reproduce_check import Wanted
-
-    fields = dict(methods=split_list(methods, str, "--methods"), noise_rates=split_list(noise, float, "--noise"),
-                  seeds=split_list(seeds, int, "--seeds"), dataset=dataset)
-    probe = GridSpec(**fields)
-    probe.weights = _default_weights(probe.backbone)  # as the grid records it
-    wanted = Wanted(probe.methods, probe.noise_rates, dataset_label(probe), backbone_label(probe), probe.noise_protocol)
-    return wanted, fields
-
-
-def _default_weights(backbone: str) -> str | None:
-    from cirbench.backbones.registry import BACKBONES
-
-    return getattr(BACKBONES.get(backbone), "default_weights", None)
-
-
-def _rerun(fields: dict, jobs: int, metrics: list[str]):
-    """Run the grid of ``fields`` here; its completed runs and their final metrics. A failed
-    cell fails the command (exit 1)."""
-    from cirbench.engine.grid import Grid
-    from cirbench.engine.runner import resolve_jobs, run_grid
-    from cirbench.engine.spec import GridSpec
-    from cirbench.report.reproduce_check import final_metrics
-    from cirbench.results.store import ResultsStore
-
-    grid = Grid(GridSpec(**fields))
-    outcomes = run_grid(grid, jobs=resolve_jobs(jobs, "cpu"))
-    failed = [o for o in outcomes if o.status == "failed"]
-    if failed:
-        console.print("\n".join(f"{o.cell.key.run_id} failed: {escape(o.error)}" for o in failed))
+    if found.failed:
+        console.print("\n".join(f"{o.cell.key.run_id} failed: {escape(o.error)}" for o in found.failed))
         raise typer.Exit(1)
-    store = ResultsStore(fields["output"])
-    done = store.read("runs")
-    done = done[done.run_id.isin([c.key.run_id for c in grid.cells])]
-    return done, final_metrics(store, done, metrics)
+    console.print(f"starts: reference {', '.join(found.reference_starts) or 'not recorded'}; here {', '.join(found.starts_here)}")
+    for line in verdict_lines(found.verdicts):
+        typer.echo(line)
+    outside = [v for v in found.verdicts if not v.within]
+    typer.echo(f"{len(found.verdicts) - len(outside)} of {len(found.verdicts)} within {spread:g} std of the reference's seeds")
+    raise typer.Exit(1 if outside else 0)
 
 
 def list_(

@@ -20,10 +20,11 @@ from pathlib import Path
 from cirbench.data.base import EvalProtocol, SummaryFn
 from cirbench.data.files import PathEscapeError, resolve_inside
 from cirbench.data.real import FileOptions, Query, Scan
+from cirbench.results.metrics import CIRR_AVERAGE
 
 FORMAT_VERSION = "1"
 CONTENT_OPTIONS = ("image_size",)
-HEADLINE = "mean(recall@5,recall_subset@1)"
+HEADLINE = CIRR_AVERAGE.stored
 
 
 @dataclass
@@ -33,11 +34,11 @@ class Options(FileOptions):
 
 
 def summarize(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Adds the headline ``(R@5 + R_subset@1) / 2`` to group ``all``."""
+    """Adds the headline ``(R@5 + R_subset@1) / 2`` (:data:`~cirbench.results.metrics.CIRR_AVERAGE`) to group ``all``."""
     metrics = results.get("all", {})
-    if "recall@5" not in metrics or "recall_subset@1" not in metrics:
+    if not all(part in metrics for part in CIRR_AVERAGE.parts):
         return {}
-    return {"all": {**metrics, HEADLINE: (metrics["recall@5"] + metrics["recall_subset@1"]) / 2}}
+    return {"all": {**metrics, HEADLINE: CIRR_AVERAGE.of([metrics[part] for part in CIRR_AVERAGE.parts])}}
 
 
 def protocol(options: Options) -> tuple[EvalProtocol, SummaryFn]:

@@ -33,6 +33,7 @@ import numpy as np
 from cirbench.data.base import EvalProtocol, SummaryFn
 from cirbench.data.files import PathEscapeError, list_images, resolve_inside
 from cirbench.data.real import FileOptions, Query, Scan
+from cirbench.results.metrics import AVERAGE_GROUP, FASHIONIQ_AVERAGE
 
 CATEGORIES: tuple[str, ...] = ("dress", "shirt", "toptee")
 SPLITS: tuple[str, ...] = ("train", "val")
@@ -94,13 +95,13 @@ def caption_variant(captions: tuple[str, str], variant: int) -> str:
 
 
 def summarize(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """The papers' headline rows: the category averages of R@10 and R@50 and their mean."""
+    """The papers' headline rows (:data:`~cirbench.results.metrics.FASHIONIQ_AVERAGE`): the
+    category averages of R@10 and R@50 and their mean."""
     present = [c for c in CATEGORIES if c in results]
     if not present:
         return {}
-    r10 = float(np.mean([results[c]["recall@10"] for c in present]))
-    r50 = float(np.mean([results[c]["recall@50"] for c in present]))
-    return {"average": {"recall@10": r10, "recall@50": r50, "mean(recall@10,recall@50)": (r10 + r50) / 2}}
+    means = {part: float(np.mean([results[c][part] for c in present])) for part in FASHIONIQ_AVERAGE.parts}
+    return {AVERAGE_GROUP: {**means, FASHIONIQ_AVERAGE.stored: FASHIONIQ_AVERAGE.of(list(means.values()))}}
 
 
 def protocol(options: Options) -> tuple[EvalProtocol, SummaryFn]:

@@ -30,7 +30,7 @@ from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import METRICS_VERSION, Evaluation, evaluate, metrics_frame
-from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer
+from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer, stale_replay
 from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -248,7 +248,8 @@ def one_writer(resources: CellResources, cell: Cell, announce: Announce, work: C
     """``work()`` while holding the cell's lock (:mod:`cirbench.results.locks`; under
     torchrun rank 0 holds it and every rank follows its decision), unless the cell is
     complete (``skipped``) or another live process holds it (``locked``). A completed
-    cell whose record is damaged has its files moved aside first, and is redone. A
+    cell whose record is damaged, or a replay whose source was re-run since with another
+    kept set, has its files moved aside first, and is redone. A
     failure to write the results is a failed cell, not a crash of the grid."""
     key, store, lock, verdict = cell.key, resources.store, None, ""
     if is_main_process():
@@ -263,7 +264,13 @@ def one_writer(resources: CellResources, cell: Cell, announce: Announce, work: C
                 announce(f"{key.run_id}: redone, its record is damaged: " + "; ".join(str(p) for p in record.problems)
                          + (f" (files moved to {moved[0][1].parent.parent})" if moved else ""))
             elif record.complete:
-                verdict = "skipped"
+                stale = stale_replay(store, key.run_id) if cell.kept is not None else None
+                if stale:
+                    moved = store.set_aside(key.run_id)
+                    announce(f"{key.run_id}: redone, {stale}"
+                             + (f" (its files moved to {moved[0][1].parent.parent})" if moved else ""))
+                else:
+                    verdict = "skipped"
     verdict = broadcast_object(verdict)
     try:
         if verdict == "skipped":

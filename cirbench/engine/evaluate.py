@@ -15,6 +15,7 @@ from cirbench.backbones.base import TextBatch
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.engine.retrieval import rank_and_ties, recall_at, subset_scores
 from cirbench.method import Method
+from cirbench.results.metrics import recall_name
 
 
 METRICS_VERSION = "1"
@@ -125,11 +126,12 @@ def evaluate(method: Method, dataset: CIRDataset, split: TripletSplit, tokens: n
             if split.subset is not None and protocol.subset_recall_at:
                 subset_ranks.append(_subset_rank(scores, split, part, column, target_col))
         all_ranks, all_ties = (torch.cat(t) for t in zip(*ranks))
-        metrics = {f"recall@{k}": v for k, v in recall_at(all_ranks, protocol.recall_at, all_ties).items()}
+        metrics = {recall_name(k): v for k, v in recall_at(all_ranks, protocol.recall_at, all_ties).items()}
         sub_ranks, sub_ties = ((torch.cat(t) for t in zip(*subset_ranks)) if subset_ranks
                                else (torch.full_like(all_ranks, NO_SUBSET_RANK), torch.zeros_like(all_ranks)))
         if subset_ranks:
-            metrics.update({f"recall_subset@{k}": v for k, v in recall_at(sub_ranks, protocol.subset_recall_at, sub_ties).items()})
+            metrics.update({recall_name(k, subset=True): v
+                            for k, v in recall_at(sub_ranks, protocol.subset_recall_at, sub_ties).items()})
         results[str(group)] = metrics
         rank_frames.append(_rank_frame(rows, str(group), all_ranks, sub_ranks, all_ties, sub_ties))
     if dataset.summarize is not None:

@@ -57,14 +57,21 @@ class Trainer:
     source: str
 
 
-def trainer(spec: GridSpec, methods: Registry[type[Method]]) -> Trainer:
-    """The registered method that declares the perfect filter's role (the first by name),
-    configured with the grid's ``--set`` of its label when the grid lists it; GridError when
-    there is none or it has no ``sprc_step`` to train the kept rows with."""
+def perfect_filter_name(methods: Registry[type[Method]]) -> str:
+    """The registered method that declares the perfect filter's role (the first by name): the
+    class every kept-set cell trains with; GridError when there is none."""
     names = sorted(n for n in methods.names() if method_role(methods.get(n)) == PERFECT_FILTER)
     if not names:
         raise GridError("kept-set cells (--frontier, --noise-types, --replay) train the perfect filter's step: no "
                         f"registered method declares role {PERFECT_FILTER!r}")
+    return names[0]
+
+
+def trainer(spec: GridSpec, methods: Registry[type[Method]]) -> Trainer:
+    """The perfect filter's class (:func:`perfect_filter_name`), configured with the grid's
+    ``--set`` of its label when the grid lists it; GridError when there is none or it has no
+    ``sprc_step`` to train the kept rows with."""
+    names = [perfect_filter_name(methods)]
     entry = methods.entry(names[0])
     if not callable(getattr(entry.obj, "sprc_step", None)):
         raise GridError(f"kept-set cells train the perfect filter's sprc_step on the kept rows: method {names[0]!r} "

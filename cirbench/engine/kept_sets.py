@@ -107,6 +107,26 @@ def replay_rows(source: CellKey, sample_ids: list[str], store: ResultsStore) -> 
     return KeptRows(by_epoch, None, str(recorded.get("scores", {}).get("sha256", "")))
 
 
+def stale_replay(store: ResultsStore, run_id: str) -> str | None:
+    """Why the recorded replay ``run_id`` no longer replays its source, or None: its source,
+    complete in ``store``, was re-run since and recorded another kept set (its ``scores``
+    part's sha256 is not the one the replay trained on). Not a replay, the same kept set, or a
+    source absent or incomplete: None (the replay's record stands as it was made)."""
+    row, _ = read_runs_row(store.root, run_id)
+    if not row or row.get("kept_set") != REPLAY or not row.get("kept_set_source"):
+        return None
+    source = str(row["kept_set_source"])
+    if not store.is_complete(source):
+        return None
+    source_row, _ = read_runs_row(store.root, source)
+    now = str((recorded_parts(source_row or {}) or {}).get("scores", {}).get("sha256", ""))
+    then = str(row.get("kept_set_source_sha256") or "")
+    if now == then:
+        return None
+    return (f"its source {source} was re-run since and recorded another kept set "
+            f"(scores sha256 {then[:12] or 'none'} when replayed, {now[:12]} now)")
+
+
 def kept_rows(kept: KeptSet, manifest: NoiseManifest, sample_ids: list[str], seed: int, store: ResultsStore) -> KeptRows:
     """The rows ``kept`` keeps of a training split (``sample_ids``, with its ``manifest``):
     the replayed run's record for a replay, the manifest's flags for the others."""

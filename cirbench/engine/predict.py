@@ -23,10 +23,13 @@ from cirbench.checkpoint import CheckpointError, load_method, read_checkpoint
 from cirbench.data.base import CIRDataset
 from cirbench.data.registry import DATASETS
 from cirbench.engine.features import image_tokens
-from cirbench.engine.spec import base_method
+from cirbench.engine.kept_plan import perfect_filter_name
+from cirbench.engine.kept_sets import KeptRows, kept_set_trainer
+from cirbench.engine.spec import GridError, base_method
 from cirbench.method import Method
-from cirbench.plugins import discover
+from cirbench.plugins import Discovery, discover
 from cirbench.results.atomic import atomic_write_text
+from cirbench.results.labels import KEPT_SETS
 from cirbench.results.store import ResultsStore
 
 RECALL_TOP_K = 50
@@ -120,6 +123,20 @@ def _check_record(checkpoint: Path, meta: dict) -> None:
         raise CheckpointError(f"run {meta['run_id']} in {results} did not complete (status {record.status})")
 
 
+def checkpoint_method_class(checkpoint: Path, meta: dict, discovery: Discovery) -> type[Method]:
+    """The class that rebuilds the checkpoint's model: its method's, or for a kept-set cell
+    (``frontier:p0.8``, ``replay:tme``) the perfect filter's class as that cell trained it."""
+    label = str(meta["method"])
+    try:
+        if base_method(label) in KEPT_SETS:
+            oracle = discovery.methods.get(perfect_filter_name(discovery.methods))
+            return kept_set_trainer(oracle, KeptRows(), str(meta["method_name"]))
+        return discovery.methods.get(base_method(label))
+    except (KeyError, GridError) as exc:
+        raise CheckpointError(f"{checkpoint}: cannot rebuild its method {label!r}: {exc}; if it is a plugin, pass "
+                              "its file with --plugin") from None
+
+
 def predict_cirr(
     checkpoint: Path,
     data_root: Path | None,
@@ -139,7 +156,7 @@ def predict_cirr(
     discovery = discover(plugins)
     if discovery.errors:
         raise CheckpointError("; ".join(discovery.errors))
-    method_cls = discovery.methods.get(base_method(meta["method"]))
+    method_cls = checkpoint_method_class(checkpoint, meta, discovery)
     torch_device = torch.device(device)
     loaded = load_method(checkpoint, method_cls, cache_dir, torch_device)
     root = data_root or (Path(meta["data_root"]) if meta.get("data_root") else None)

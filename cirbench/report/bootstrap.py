@@ -15,7 +15,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from cirbench.report.tables import CIRR_AVG, FIQ_AVG, metric_groups
+from cirbench.report.tables import metric_groups
+from cirbench.results.metrics import AVERAGES, RECALL_NAME
 
 N_RESAMPLES = 2000
 _CHUNK = 256  # resamples drawn at a time, to bound the index array's memory
@@ -46,23 +47,34 @@ class RankTerm:
 _COLUMN = re.compile(r"(?:(?P<group>\S+) )?(?P<kind>R|R_sub)@(?P<k>\d+)")
 
 
+def _rank_of(metric: str) -> tuple[str, int]:
+    """The ranks column and K a stored recall reads: ``recall_subset@1`` -> (``subset_rank``, 1)."""
+    match = RECALL_NAME.fullmatch(metric)
+    return ("subset_rank" if match.group("subset") else "rank"), int(match.group("k"))
+
+
 def rank_terms(column: str, metrics: pd.DataFrame) -> list[RankTerm]:
     """A recall column of the report's tables (:func:`~cirbench.report.tables.wide_columns`)
     as a weighted sum of per-group hit rates, as a fraction (the tables print percent).
 
-    FashionIQ's ``AVG`` and ``Avg R@K`` average over the categories that have R@10 and
-    R@50 in ``metrics``; CIRR's average is (R@5 + R_sub@1) / 2 of the ``all`` group.
+    An average of :data:`~cirbench.results.metrics.AVERAGES` weighs its parts as it is defined:
+    FashionIQ's ``AVG`` and ``Avg R@K`` over the categories that have every part in
+    ``metrics``; CIRR's (R@5 + R_sub@1) / 2 of the ``all`` group.
     Raises ValueError for a column that is not a recall of stored ranks.
     """
     categories = metric_groups(metrics)[1]
-    fiq = [c for c in categories if {"recall@10", "recall@50"} <= set(metrics.loc[metrics.group == c, "metric"])]
-    if column == FIQ_AVG and fiq:
-        return [RankTerm(c, "rank", k, 0.5 / len(fiq)) for c in fiq for k in (10, 50)]
-    average = re.fullmatch(r"Avg R@(\d+)", column)
-    if average and fiq:
-        return [RankTerm(c, "rank", int(average.group(1)), 1.0 / len(fiq)) for c in fiq]
-    if column == CIRR_AVG:
-        return [RankTerm("all", "rank", 5, 0.5), RankTerm("all", "subset_rank", 1, 0.5)]
+    for average in AVERAGES:
+        if not average.over_categories:
+            if column == average.column:
+                return [RankTerm("all", *_rank_of(part), 1.0 / len(average.parts)) for part in average.parts]
+            continue
+        over = [c for c in categories if set(average.parts) <= set(metrics.loc[metrics.group == c, "metric"])]
+        if column == average.column and over:
+            weight = 1.0 / len(average.parts) / len(over)
+            return [RankTerm(c, *_rank_of(part), weight) for c in over for part in average.parts]
+        parts = [part for part in average.parts if average.part_column(part) == column]
+        if parts and over:
+            return [RankTerm(c, *_rank_of(parts[0]), 1.0 / len(over)) for c in over]
     match = _COLUMN.fullmatch(column)
     if match is None:
         raise ValueError(f"column {column!r} is not a recall that can be recomputed from the ranks table")

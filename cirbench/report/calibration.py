@@ -25,6 +25,7 @@ from cirbench.report.load import Setting, final_epoch, load_results
 from cirbench.report.room import PUBLISHED, paper_range, paper_shares, room_line, room_to_win
 from cirbench.results.headline import headline_rows
 from cirbench.results.labels import TEXT_BLIND_ROW, ZERO_SHOT_ROW
+from cirbench.results.metrics import RECALL, metric_label
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 PREMISE_RATE, PREMISE_EPOCH = 0.5, 1
@@ -129,7 +130,7 @@ def _gentle(setting: Setting, metric: str) -> Check:
     drops = [float(-c.diff().min()) for c in _curves(setting, base, 0.0, metric).values() if len(c) > 1]
     drop = max(drops) if drops else float("nan")
     slack = min([low - floor for low in lows.values()] + [GENTLE_DROP - drop])
-    label = metric.replace("recall@", "R@")
+    label = metric_label(metric)
     detail = ", ".join(f"{perfect} at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
     detail += (f" (floor {floor:.3f}: {GENTLE_RESOLUTION:g} x SE {error:.4f} over {n_queries} queries)" if n_queries
                else " (no per-query ranks of the start: floor = start)")
@@ -174,13 +175,13 @@ def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
     return float(at.get("all", float("nan"))), {k: float(v) for k, v in at.items() if k != "all"}
 
 
-def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Check]:
+def calibration_checks(setting: Setting, metric: str = RECALL) -> list[Check]:
     """The calibration figures of one setting's results, each beside its target."""
     base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
     baseline = {rate: _per_seed(setting, base, rate, metric) for rate in CALIBRATION_RATES}
     filtered = {rate: _per_seed(setting, perfect, rate, metric) for rate in CALIBRATION_RATES[1:]}
     clean = float(baseline[0.0].mean()) if len(baseline[0.0]) else float("nan")
-    label = metric.replace("recall@", "R@")
+    label = metric_label(metric)
     checks = [
         _fine_tuning_matters(setting, baseline[0.0], metric),
         _check("text matters (ranking)", f"{TEXT_BLIND_ROW} {label} / {base} {label} at 0%",
@@ -211,7 +212,7 @@ def calibration_checks(setting: Setting, metric: str = "recall@10") -> list[Chec
     return checks
 
 
-def hosted_clean_recall(setting: Setting, metric: str = "recall@10") -> dict[str, pd.Series]:
+def hosted_clean_recall(setting: Setting, metric: str = RECALL) -> dict[str, pd.Series]:
     """Per hosted method (a built-in method without a role that ran at 0% noise: no ablation
     row, sweep trial or plugin), its ``metric`` at the last epoch per seed on clean data."""
     runs = setting.runs
@@ -230,7 +231,7 @@ def _hosted_learn(setting: Setting, clean: pd.Series, metric: str) -> Check:
     """*Every hosted method learns*: at 0% noise every hosted method reaches at least
     :data:`HOSTED_SHARE` of the baseline's ``metric`` (means over seeds) and ends above the
     un-fine-tuned start (``zero_shot``). The value is the worst method's share."""
-    base, label = setting.role(BASELINE), metric.replace("recall@", "R@")
+    base, label = setting.role(BASELINE), metric_label(metric)
     start = _reference(setting, ZERO_SHOT_ROW, metric)
     hosted = {name: v for name, v in hosted_clean_recall(setting, metric).items() if len(v)}
     reference = float(clean.mean()) if len(clean) else float("nan")
@@ -256,7 +257,7 @@ def _fine_tuning_matters(setting: Setting, clean: pd.Series, metric: str) -> Che
     ``zero_shot`` / baseline ratio at 0% within :data:`FINE_TUNE_RATIO` on ``metric`` and at
     most :data:`FINE_TUNE_R1_HIGH` on R@1 (zero-shot CIR against SPRC on CIRR). The value is
     the ``metric`` ratio."""
-    label = metric.replace("recall@", "R@")
+    label = metric_label(metric)
     base = setting.role(BASELINE)
     ratio = _reference(setting, ZERO_SHOT_ROW, metric) / float(clean.mean()) if len(clean) else float("nan")
     r1_clean = _per_seed(setting, base, 0.0, "recall@1")
@@ -311,7 +312,7 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
                  ROOM_SHARE[0.8], None, ok if measurable else None, "; ".join(parts))
 
 
-def room_lines(setting: Setting, metric: str = "recall@10") -> list[str]:
+def room_lines(setting: Setting, metric: str = RECALL) -> list[str]:
     """One line per noise rate at which the baseline (with its 0% cell) and the perfect filter
     both ran: the share of the baseline's loss the perfect filter wins back, its gap, and the
     papers' range (final epoch; the cap on what a method that only removes noise can win here)."""
@@ -320,16 +321,16 @@ def room_lines(setting: Setting, metric: str = "recall@10") -> list[str]:
                    & set(runs.loc[runs.method == base, "noise_rate"].astype(float)) - {0.0})
     per_seed = {m: {r: _per_seed(setting, m, r, metric) for r in [0.0, *rates]} for m in (base, perfect)}
     rooms = [room_to_win(per_seed, rate) for rate in rates]
-    label = metric.replace("recall@", "R@")
+    label = metric_label(metric)
     return [room_line(room, label, base) for room in rooms if room is not None]
 
 
-def parity_lines(setting: Setting, metric: str = "recall@10") -> list[str]:
+def parity_lines(setting: Setting, metric: str = RECALL) -> list[str]:
     """One line per hosted method below clean parity in ``setting`` (under :data:`HOSTED_SHARE`
     of the baseline's ``metric`` at 0%, or not above ``zero_shot``; the calibration's *every
     hosted method learns*): its share, so that its verdicts under noise are read as what they
     measure. None when every hosted method that ran at 0% reaches it."""
-    base, label = setting.role(BASELINE), metric.replace("recall@", "R@")
+    base, label = setting.role(BASELINE), metric_label(metric)
     clean = _per_seed(setting, base, 0.0, metric)
     if not len(clean):
         return []

@@ -29,10 +29,11 @@ from cirbench.report.selection import RuleView, rule_view
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
 from cirbench.report.tables import headline_column, rate_label, run_columns, summarize
 from cirbench.results.labels import ZERO_SHOT_ROW
+from cirbench.results.metrics import FASHIONIQ_AVERAGE, RECALL, metric_label
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 
-RECALL_COLUMNS: tuple[str, ...] = ("Avg R@10", "R@10")
+RECALL_COLUMNS: tuple[str, ...] = (FASHIONIQ_AVERAGE.part_column(RECALL), metric_label(RECALL))
 """The R@10 shown beside the claims' metric: FashionIQ's category average, else the ``all`` group's."""
 ZERO_SHOT = ZERO_SHOT_ROW
 BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"

@@ -19,11 +19,12 @@ import pandas as pd
 from cirbench.report.cells_csv import FINAL_METRICS_FILE, read_final_metrics
 from cirbench.report.room import room_line, room_to_win
 from cirbench.results.atomic import atomic_write_text
+from cirbench.results.metrics import RECALL
 from cirbench.results.roles import BASELINE, PERFECT_FILTER, role_method
 
 BEGIN = "<!-- results: generated from the committed report by `cirbench report --readme`; do not edit -->"
 END = "<!-- results: end -->"
-METRIC = "recall@10"
+METRIC = RECALL
 VERDICTS = re.compile(r"\*\*(Verdicts of \d+ claims: [^*]+)\.\*\*")
 
 

@@ -13,8 +13,6 @@ import pandas as pd
 from cirbench.report.cells_csv import CellsTableError, long_metrics, read_final_metrics
 from cirbench.results.store import ResultsStore
 
-DEFAULT_METRICS = "recall@5,recall@10,recall_subset@1"
-
 
 @dataclass(frozen=True)
 class Wanted:

@@ -29,8 +29,7 @@ import math
 import pandas as pd
 
 from cirbench.results.headline import headline_rows
-
-RECALL = "recall@10"
+from cirbench.results.metrics import RECALL
 LOSS_RTOL = 1e-4
 """Relative median step-to-step change at or below which an epoch's total loss counts as constant."""
 LOSS_ATOL = 1e-6

@@ -1,0 +1,114 @@
+"""A study file run from Python, as ``cirbench study FILE`` runs it: every grid of the study
+(:mod:`cirbench.study`) built as its command would build it from the same options and
+checked first, all of them, then run in order into one results folder (finished cells
+skipped, so a rerun resumes), a calibration grid's checks written after it, and the report
+built last. :class:`StudyRunner` does each step plainly; the command line subclasses it to
+show them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cirbench import defaults
+from cirbench.api.grids import Announce, calibration, check, grid, kept_set_fields, run, sweep
+from cirbench.api.reports import check_calibration, write_report
+from cirbench.config import parse_overrides
+from cirbench.engine.cell import CellOutcome
+from cirbench.engine.grid import Grid
+from cirbench.study import Study, StudyGrid, load_study
+
+SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
+               "holdout")
+"""The study options that are :class:`~cirbench.engine.spec.GridSpec` fields of the same name."""
+
+
+def _silent(message: str) -> None:
+    """An announce that shows nothing."""
+
+
+def _floats(values: list | None) -> list[float] | None:
+    """A study's list of numbers as the command line reads it (``0`` -> ``0.0``: a run id names the float)."""
+    return None if values is None else [float(v) for v in values]
+
+
+def study_grid(entry: StudyGrid, study: Study, plugins: list[Path] | None = None, announce: Announce = _silent) -> Grid:
+    """The validated grid of one study entry, as its command (``run``, ``sweep``,
+    ``calibrate``) would build it from the same options, with ``plugins`` after the entry's
+    own; ``announce`` is told an ablation's rows."""
+    options = entry.options
+    files = [Path(p) for p in options.get("plugins", [])] + list(plugins or [])
+    fields: dict[str, Any] = {key: options[key] for key in SPEC_FIELDS if key in options}
+    fields.update(output=study.output, cache_dir=study.cache_dir, dataset_options=dict(options.get("dataset_options", {})),
+                  data_root=Path(options["data_root"]) if "data_root" in options else None, plugin_files=files)
+    noise = _floats(options.get("noise"))
+    if entry.kind == "calibrate":
+        return calibration(**fields)
+    if entry.kind == "sweep":
+        return sweep(options["methods"], noise, int(options.get("trials", defaults.TRIALS)), **fields)
+    fields.update(kept_set_fields(options.get("frontier", False), _floats(options.get("frontier_purity")),
+                                  options.get("noise_types", False), options.get("replay")))
+    return grid(options.get("methods"), noise, ablate=options.get("ablate"), overrides=parse_overrides(options.get("set", [])),
+                announce=announce, **fields)
+
+
+class StudyRunner:
+    """Runs a study file: :meth:`__call__` builds and checks every grid, runs them in order,
+    checks each calibration grid and builds the report. Each step is a method doing it
+    plainly, which a subclass may override to show it (the command line's does)."""
+
+    def __init__(self, jobs: int | None = None, plugins: list[Path] | None = None) -> None:
+        self.jobs = jobs
+        self.plugins = list(plugins or [])
+
+    def announce(self, message: str) -> None:
+        """A message of a step (an ablation's rows, a cache being written); shown nowhere here."""
+
+    def build(self, entry: StudyGrid, study: Study) -> Grid:
+        """The validated grid of ``entry`` (:func:`study_grid`)."""
+        return study_grid(entry, study, self.plugins, self.announce)
+
+    def check(self, built: Grid) -> None:
+        """The grid's pre-flight (:func:`cirbench.api.grids.check`)."""
+        check(built, self.announce)
+
+    def run(self, entry: StudyGrid, built: Grid, jobs: int) -> list[CellOutcome]:
+        """Run the grid ``jobs`` cells at a time; its outcomes."""
+        return run(built, jobs)
+
+    def calibrate(self, built: Grid) -> bool:
+        """Check a calibration grid's results and write calibration.md; whether every target was met."""
+        return check_calibration(built).passed
+
+    def report(self, study: Study) -> bool:
+        """Build the study's report (and rewrite its README's block); whether it was written."""
+        write_report(study.output, study.report, readme=study.readme)
+        return True
+
+    def __call__(self, path: Path | str) -> tuple[list[CellOutcome], bool]:
+        """Run the study ``path`` (a bad file or grid stops it before any work,
+        :class:`~cirbench.study.StudyError` or :class:`~cirbench.engine.spec.GridError`): the
+        outcomes of every grid, in order, and whether every calibration target was met and
+        the report written."""
+        study = load_study(path)
+        grids = []
+        for entry in study.grids:
+            built = self.build(entry, study)
+            self.check(built)
+            grids.append((entry, built))
+        outcomes, met = [], True
+        for entry, built in grids:
+            done = self.run(entry, built, study.jobs if self.jobs is None else self.jobs)
+            if entry.kind == "calibrate":
+                met &= self.calibrate(built)
+            outcomes += done
+        if study.report is not None:
+            met &= self.report(study)
+        return outcomes, met
+
+
+def run_study(path: Path | str, jobs: int | None = None, plugins: list[Path] | None = None) -> tuple[list[CellOutcome], bool]:
+    """Run the study file ``path`` (:class:`StudyRunner`; ``jobs``: cells at once, default
+    the study's; ``plugins``: files every grid registers): every grid's outcomes and whether
+    every calibration target was met and the report written."""
+    return StudyRunner(jobs, plugins)(path)
