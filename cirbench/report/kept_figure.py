@@ -7,6 +7,7 @@ same purity, the replay's score), so the gap between the two is the method's oth
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figu
 from cirbench.report.kept_worth import (
     BASELINE_POINT, METHOD_POINT, PERFECT_POINT, KeptWorth, decomposition_table, kept_worth, noise_type_table,
 )
-from cirbench.report.load import Setting
+from cirbench.report.load import Setting, is_kept_set
 from cirbench.report.palette import ORACLE_STYLE, method_styles
 from cirbench.report.tables import TableModel, rate_label
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
@@ -102,7 +103,8 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
     points = worth.points.dropna(subset=["purity"])
     rates = sorted(points.noise_rate[points.kind.isin([FRONTIER, REPLAY])].unique())
     columns = [("metric", worth.metric)] + ([("recall", worth.recall)] if worth.recall and worth.recall != worth.metric else [])
-    styles = method_styles(worth.setting)
+    runs = worth.setting.runs  # the methods' own colours, as every other figure gives them (kept-set labels aside)
+    styles = method_styles(replace(worth.setting, runs=runs[~is_kept_set(runs)]))
     width = 5.0 * len(columns)  # two rates fit a 1280x800 screen under the heading
     fig = Figure(figsize=(width, 0.9 + 2.9 * len(rates)), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(rates), len(columns), squeeze=False)
