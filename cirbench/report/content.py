@@ -17,6 +17,7 @@ from cirbench.report.figures import FigureFile, all_figures
 from cirbench.report.forest import claims_forest
 from cirbench.report.gain_figure import gain_figure
 from cirbench.report.glance import at_a_glance
+from cirbench.report.kept_figure import kept_section
 from cirbench.report.leaderboard import Leaderboard, build_leaderboard
 from cirbench.report.load import ReportData, Setting
 from cirbench.results.labels import TRIAL_LABEL
@@ -49,6 +50,8 @@ class Section:
     leaderboard: Leaderboard | None = None
     lead_figures: list[FigureFile] = field(default_factory=list)
     """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
+    kept_worth: list[FigureFile | TableModel | str] = field(default_factory=list)
+    """What a kept set is worth (:func:`~cirbench.report.kept_figure.kept_section`): the chart, the tables, or a line."""
 
 
 @dataclass
@@ -129,7 +132,8 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
         claims, metric = paper_claims(setting), claims_metric(setting)
         sections.append(Section(setting, at_a_glance(setting), tables, [f for f in figures if f not in lead], claims, metric,
                                 claims_selection(setting), room_lines(setting) + parity_lines(setting),
-                                claims_forest(claims, output / setting.slug, metric), build_leaderboard(setting), lead))
+                                claims_forest(claims, output / setting.slug, metric), build_leaderboard(setting), lead,
+                                kept_section(setting, output / setting.slug)))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

@@ -17,6 +17,7 @@ from cirbench.report.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
     PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
 )
+from cirbench.report.layout import NOTE
 from cirbench.report.leaderboard_render import leaderboard_html, legend
 from cirbench.report.room import ROOM_INTRO
 from cirbench.report.tables import to_html
@@ -142,6 +143,8 @@ def _part_html(part: Part, section: Section) -> list[str]:
         return out + [f'<p class="note">{prose(ROOM_INTRO)}</p>', _items(part.item)]
     if part.kind == FLAGS:
         return out + [flags_html(part.item)]
+    if part.kind == NOTE:
+        return out + [f'<p class="note">{prose(part.item)}</p>']
     return out + [f'<p class="note">{prose(part.item.note)}</p>', to_html(part.item)]
 
 

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from cirbench.report.claims import CLAIMS_TITLE
 from cirbench.report.collapsed import flag_lists
 from cirbench.report.content import ReportContent, Section
+from cirbench.report.figure_file import FigureFile
+from cirbench.report.kept_worth import WORTH_TITLE
 from cirbench.report.room import ROOM_TITLE
 
 FIGURE, CLAIMS, GLANCE, ROOM, FLAGS, TABLE = "figure", "claims", "glance", "room", "flags", "table"
+NOTE = "note"
+"""A part that is one line of prose (what a kept set is worth, where it is not measured)."""
 CONTENTS_ANCHOR, PROBLEMS_ANCHOR, PROVENANCE_ANCHOR = "contents", "failed-and-missing-cells", "provenance"
 CONTENTS_TITLE, PROBLEMS_TITLE, PROVENANCE_TITLE = "Contents", "Failed and missing cells", "Provenance"
 GLANCE_TITLE = "At a glance"
@@ -61,10 +65,20 @@ def parts(section: Section) -> list[Part]:
         found.append(Part(f"{base}-at-a-glance", GLANCE_TITLE, GLANCE, section.glance))
     if section.room:
         found.append(Part(f"{base}-room", ROOM_TITLE, ROOM, section.room))
+    found += [_kept_part(base, item) for item in section.kept_worth]
     found += [Part(f"{base}-{slug(flags.title)}", flags.title, FLAGS, flags) for flags in flag_lists(section.setting)]
     found += [Part(f"{base}-table-{slug(t.title)}", t.title, TABLE, t) for t in section.tables]
     found += [Part(f"{base}-{slug(f.path.stem)}", f.title, FIGURE, f) for f in section.figures]
     return found
+
+
+def _kept_part(base: str, item: object) -> Part:
+    """A part of what a kept set is worth: its chart, one of its tables, or the line saying it is not measured."""
+    if isinstance(item, FigureFile):
+        return Part(f"{base}-{slug(item.path.stem)}", item.title, FIGURE, item)
+    if isinstance(item, str):
+        return Part(f"{base}-kept-set-worth", WORTH_TITLE, NOTE, item)
+    return Part(f"{base}-table-{slug(item.title)}", item.title, TABLE, item)
 
 
 @dataclass(frozen=True)

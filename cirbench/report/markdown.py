@@ -14,6 +14,7 @@ from cirbench.report.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
     PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
 )
+from cirbench.report.layout import NOTE
 from cirbench.report.leaderboard_render import leaderboard_markdown, legend
 from cirbench.report.room import ROOM_INTRO
 from cirbench.report.tables import to_markdown
@@ -76,6 +77,8 @@ def _part_markdown(part: Part, section: Section, output: Path) -> list[str]:
         return out + [ROOM_INTRO, ""] + [f"- {line}" for line in part.item] + [""]
     if part.kind == FLAGS:
         return out + [flags_markdown(part.item), ""]
+    if part.kind == NOTE:
+        return out + [part.item, ""]
     return out + [part.item.note, "", to_markdown(part.item), ""]
 
 
