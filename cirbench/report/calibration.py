@@ -339,9 +339,10 @@ def parity_lines(setting: Setting, metric: str = "recall@10") -> list[str]:
         value = float(values.mean()) if len(values) else float("nan")
         if not math.isfinite(value) or (value / reference >= HOSTED_SHARE and not value <= start):
             continue
-        below = f", below `{ZERO_SHOT_ROW}` ({start:.3f})" if value <= start else ""
-        lines.append(f"clean parity: `{name}` reaches {value / reference:.2f} of `{base}`'s {label} at 0% noise "
-                     f"({value:.3f} against {reference:.3f}{below}; the calibration's target is {HOSTED_SHARE:g}): "
+        below = f", below `{ZERO_SHOT_ROW}` ({100 * start:.1f}%)" if value <= start else ""
+        lines.append(f"clean parity: `{name}` reaches {100 * value / reference:.0f}% of `{base}`'s {label} at 0% noise "
+                     f"({100 * value:.1f}% against {100 * reference:.1f}%{below}; the calibration's target is "
+                     f"{100 * HOSTED_SHARE:.0f}%): "
                      f"it does not learn the clean task here as the papers' methods do, so its results under noise "
                      f"measure that before its robustness (docs/benchmark.md)")
     return lines
