@@ -63,5 +63,5 @@ def test_the_report_shows_the_room_above_the_claims_and_their_forest_plot(tmp_pa
 def test_the_room_section_renders_when_the_filter_ran(tmp_path: Path) -> None:
     page = build_report(_results(tmp_path, oracle_80=0.36), tmp_path / "report")
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
-    assert f"### {ROOM_TITLE}" in markdown and "- 80% noise: the perfect filter wins back 0.20" in markdown
+    assert f"### {ROOM_TITLE}" in markdown and "- 80% noise: the perfect filter wins back 20%" in markdown
     assert ROOM_TITLE in page.read_text(encoding="utf-8")

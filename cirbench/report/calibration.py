@@ -304,7 +304,7 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
         parts.append(f"{rate:.0%}: share per seed {', '.join(f'{v:.2f}' for v in room.shares.values())} "
                      f"(mean {room.share:.2f}, target >= {ROOM_SHARE[rate]:g}, each >= {floor:.2f}), "
                      f"gap {room.gap:+.3f}{f' (>= {ROOM_GAP:g})' if rate == 0.8 else ''}, "
-                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate)}")
+                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate, fractions=True)}")
     measurable = all(room is not None for room in rooms.values())
     value = rooms[0.8].share if rooms[0.8] is not None else float("nan")
     return Check("room to win", f"share of {base}'s {label} loss the {perfect} wins back at 80% (and 50%, gap)", value,

@@ -264,7 +264,7 @@ def _blank_cells(setting: Setting, board: Leaderboard) -> list[str]:
 
 
 def _grouped(cells: list[tuple[str, float]]) -> str:
-    """Cells as few words: ``conesep, tme at 50%, 80%; hug at 80%`` (methods sharing their rates together)."""
+    """Cells as few words: ``a, b at 50%, 80%; c at 80%`` (methods sharing their rates together)."""
     rates: dict[str, list[float]] = {}
     for method, rate in cells:
         rates.setdefault(method, []).append(rate)

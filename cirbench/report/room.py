@@ -98,9 +98,10 @@ def paper_shares(published: pd.DataFrame | None = None) -> list[PaperShare]:
     return shares
 
 
-def paper_range(rate: float, shares: list[PaperShare] | None = None) -> str:
+def paper_range(rate: float, shares: list[PaperShare] | None = None, fractions: bool = False) -> str:
     """The papers' won-back shares (percent) and gains (points) at ``rate`` as text, e.g.
-    ``FashionIQ 62-74% (gain +13.0 to +16.0 points, ...); CIRR ...``; empty when no paper reports the rate."""
+    ``FashionIQ 62%-74% (gain +13.0 to +16.0 points, ...); CIRR ...``; empty when no paper reports the rate.
+    ``fractions``: as the calibration's checks read, ``FashionIQ 0.62-0.74 (gain +0.13 to +0.16, ...)``."""
     shares = paper_shares() if shares is None else shares
     parts = []
     for dataset in PAPER_RECALL:
@@ -109,7 +110,9 @@ def paper_range(rate: float, shares: list[PaperShare] | None = None) -> str:
             low, high = min(s.share for s in here), max(s.share for s in here)
             gain_low, gain_high = min(s.gain for s in here), max(s.gain for s in here)
             name = "FashionIQ" if dataset == "fashioniq" else "CIRR"
-            parts.append(f"{name} {percent(low)}-{percent(high)} (gain {points(gain_low)} to {points(gain_high)} points, "
+            span = (f"{low:.2f}-{high:.2f} (gain {gain_low:+.2f} to {gain_high:+.2f}" if fractions else
+                    f"{percent(low)}-{percent(high)} (gain {points(gain_low)} to {points(gain_high)} points")
+            parts.append(f"{name} {span}, "
                          f"{', '.join(s.method for s in sorted(here, key=lambda s: s.share))})")
     return "; ".join(parts)
 
