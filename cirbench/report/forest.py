@@ -35,7 +35,7 @@ a grey, none of them a method's colour (:data:`~cirbench.report.palette.OKABE_IT
 the perfect filter), so a verdict never reads as a method."""
 UNITS: dict[str, str] = {
     "recall": "difference in {metric} (percentage points)",
-    "purity": "difference in kept-set purity (points); against chance: purity minus the clean share, per seed",
+    "purity": "purity difference (points); against chance: purity minus the clean share",
     "AUROC": "AUROC (x100) minus 50 (points)",
 }
 """The forest's panels in order, each with its x-axis label."""
@@ -107,11 +107,11 @@ def _layout(rows: list[ForestRow]) -> list[tuple[str, ForestRow | None]]:
 
 def _values(check: Check) -> list[float]:
     """What a row draws, in points: each seed's purity minus chance for a kept set, else the
-    mean, its two intervals and the threshold."""
+    mean and its two intervals (the threshold apart: it is always in view)."""
     if check.kept_sets:
-        return [100 * (t.purity - t.chance) for t in check.kept_sets] + [0.0]
+        return [100 * (t.purity - t.chance) for t in check.kept_sets]
     comparison = check.comparison
-    values = [comparison.mean, comparison.threshold]
+    values = [comparison.mean]
     for interval in (comparison.seed_interval, comparison.bootstrap_interval):
         values += list(interval) if interval is not None else []
     return [100 * v for v in values if math.isfinite(v)]
@@ -120,12 +120,12 @@ def _values(check: Check) -> list[float]:
 def x_limits(rows: Sequence[ForestRow]) -> tuple[float, float]:
     """The x range of a unit's panels (points): every value, 0 and the thresholds, but no
     further than :data:`WHISKER` interquartile ranges beyond the middle half of the values."""
-    values = np.array([v for row in rows for v in _values(row.check)] + [0.0])
+    values = np.array([v for row in rows for v in _values(row.check)] or [0.0])
     low, high = np.percentile(values, [25, 75])
     reach = WHISKER * max(high - low, 1.0)
-    thresholds = [100 * row.check.comparison.threshold for row in rows if not row.check.kept_sets]
-    left = min(max(values.min(), low - reach), 0.0, *thresholds)
-    right = max(min(values.max(), high + reach), 0.0, *thresholds)
+    fixed = [0.0, *(100 * row.check.comparison.threshold for row in rows if not row.check.kept_sets)]
+    left = min(max(values.min(), low - reach), *fixed)
+    right = max(min(values.max(), high + reach), *fixed)
     pad = 0.06 * (right - left or 1.0)
     return left - pad, right + pad
 
