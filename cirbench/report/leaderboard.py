@@ -9,8 +9,9 @@ both judged by the claims' own rule (:func:`~cirbench.report.claims.recall_judge
 of a column is bold only where it beats every other ranked method; otherwise it and the
 methods it does not beat are tied for the lead. Only hosted and plugin methods are ranked;
 the perfect filter, the bound (the baseline at 0%) and the reference rows are lines of their
-own, never ranked. A cell whose R@10 is below ``zero_shot``'s is marked: a fine-tune that
-ends below where it began.
+own, never ranked. A number below ``zero_shot``'s (the claims' metric or R@10) is marked: a
+fine-tune that ends below where it began. :func:`first_screen` writes the lines above it: what
+the data are, the noise protocol, the sizes and what its blank cells mean.
 """
 
 from __future__ import annotations
