@@ -298,6 +298,6 @@ def test_the_report_names_each_hosted_method_below_clean_parity(tmp_path: Path) 
 
     (setting,) = load_results(_hosted_results(tmp_path / "a", {"tme": 0.57, "hug": 0.40})).settings
     (line,) = parity_lines(setting)
-    assert "`hug` reaches 0.67 of `sprc`'s R@10" in line and "0.9" in line
+    assert "`hug` reaches 67% of `sprc`'s R@10" in line and "40.0% against 60.0%" in line and "target is 90%" in line
     (setting,) = load_results(_hosted_results(tmp_path / "b", {"tme": 0.57, "hug": 0.55})).settings
     assert parity_lines(setting) == []

@@ -140,9 +140,9 @@ def test_non_inferiority_at_zero_noise(claims) -> None:
 def test_uncertainty_claim_separates_the_two_scores(claims) -> None:
     claim = _claim(claims, "HUG, uncertainty")
     verdicts = {c.label: c.verdict for c in claim.checks}
-    assert verdicts["coordination uncertainty AUROC - 0.5 at 50%"] == HOLDS
-    assert verdicts["coordination uncertainty AUROC - 0.5 at 80%"] == HOLDS
-    assert verdicts["overall uncertainty AUROC - 0.5 at 80%"] != HOLDS  # a random score
+    assert verdicts["coordination uncertainty AUROC - 50 at 50%"] == HOLDS
+    assert verdicts["coordination uncertainty AUROC - 50 at 80%"] == HOLDS
+    assert verdicts["overall uncertainty AUROC - 50 at 80%"] != HOLDS  # a random score
     assert claim.verdict != HOLDS
 
 

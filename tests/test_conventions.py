@@ -37,6 +37,8 @@ def test_the_licence_and_the_citation_agree_with_the_package() -> None:
     citation = (ROOT / "CITATION.cff").read_text()
     assert re.search(r"^cff-version: 1\.2\.0$", citation, re.M) and re.search(r"^license: MIT$", citation, re.M)
     assert re.search(r"^version: (\S+)$", citation, re.M)[1] == PROJECT["version"] == cirbench.__version__
+    assert re.search(r'^  - name: "The cirbench developers"$', citation, re.M)  # an entity, not a placeholder person
+    assert re.search(r'^date-released: "\d{4}-\d{2}-\d{2}"$', citation, re.M) and "the cirbench authors" not in citation
 
 
 def test_version_prints_the_installed_version() -> None:

@@ -162,7 +162,8 @@ def test_the_forest_has_one_panel_per_unit_and_every_claim_with_a_comparison(stu
     claims = paper_claims(load_results(root).settings[0], n_resamples=200)
     panels = forest_panels(claims)
     assert list(panels) == ["recall", "purity", "AUROC"]
-    assert len(draw_forest(panels, "Avg(R@5, R_sub@1)").axes) == 3
+    titles = [ax.get_title(loc="left") for ax in draw_forest(panels, "Avg(R@5, R_sub@1)").axes]
+    assert list(dict.fromkeys(t.removesuffix(" (continued)") for t in titles)) == ["recall", "purity", "AUROC"]
     words = {row.words for row in panels["recall"]}
     assert {"tme vs sprc, 80%", "conesep vs tme, 50%", "hug vs sprc, 0%"} <= words
     assert {row.claim for row in panels["purity"]} == {3, 9}  # the kept sets against chance are drawn
@@ -170,7 +171,7 @@ def test_the_forest_has_one_panel_per_unit_and_every_claim_with_a_comparison(stu
 
 
 def test_row_words_and_p_values_read_as_words() -> None:
-    assert row_words(Check("tme - sprc at 0% > -0.01", HOLDS, "")) == "tme vs sprc, 0%"
+    assert row_words(Check("tme - sprc at 0% > -1 point", HOLDS, "")) == "tme vs sprc, 0%"
     assert row_words(Check("GFQ: conesep - conesep:no_gfq at 20%", HOLDS, "")) == "GFQ: conesep vs conesep:no_gfq, 20%"
     assert row_words(Check("tme: gap at 80% - gap at 50%", HOLDS, "")) == "tme: gap at 80% vs gap at 50%"
     assert p_value(3e-316) == "p < 1e-4" and p_value(0.003) == "p=0.003"

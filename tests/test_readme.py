@@ -37,7 +37,47 @@ def _prose(text: str) -> str:
 def test_the_readmes_results_are_the_committed_reports() -> None:
     block = README[README.index(BEGIN):README.index(END) + len(END)]
     assert block == results_block(ROOT / "reports", ROOT), "regenerate it: cirbench report --readme README.md"
-    assert "| `sprc` |" in block and "Verdicts of" in block and "wins back" in block
+    assert "| sprc |" in block and "Verdicts of" in block and "wins back" in block
+
+
+MARKS = {"better": "▲", "worse": "▼", "inconclusive": "○"}
+
+
+def _expected_cell(row, shows_recall: bool) -> str:
+    """A leaderboard.csv cell as the leaderboard prints it, read here without the report's code:
+    the claims' metric (bold: best, underlined: tied for the lead, § below zero_shot) with its
+    comparison mark, then R@10."""
+    def number(mean: float, std: float, below: bool) -> str:
+        return f"{mean:.2f} ± {std:.2f}" + ("§" if below else "")
+
+    metric = number(row.metric_mean, row.metric_std, row.metric_below)
+    metric = f"**{metric}**" if row.lead == "best" else f"<u>{metric}</u>" if row.lead == "tied" else metric
+    mark = MARKS.get(row.versus, "") + ("†" if row.collapsed else "")
+    metric += f" {mark}" if mark else ""
+    return f"{metric} · {number(row.recall_mean, row.recall_std, row.below_zero_shot)}" if shows_recall else metric
+
+
+def test_the_readme_says_what_the_leaderboard_says() -> None:
+    """Every trained cell of the committed leaderboard, its headline with its marks and R@10
+    beside it, is in the README's block as the leaderboard shows it: the front page cannot rank
+    methods on R@10 alone where the leaderboard's headline and marks say otherwise."""
+    block = README[README.index(BEGIN):README.index(END)]
+    for csv in sorted((ROOT / "reports").glob("*/leaderboard.csv")):
+        board = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+        assert f"]({csv.relative_to(ROOT).as_posix()})" in block
+        start = board[(board.kind == "reference") & (board.method == "zero_shot")].metric_mean
+        trained = board[board.kind.isin(["ranked", "perfect filter"])].copy()
+        trained["versus"] = trained[next(c for c in board.columns if c.startswith("vs_"))].fillna("")
+        trained["lead"] = trained["lead"].fillna("")
+        trained["metric_below"] = (trained.metric_below_zero_shot if "metric_below_zero_shot" in trained.columns
+                                   else trained.metric_mean < float(start.iloc[0]))
+        rates = sorted(trained.noise_rate.astype(float).unique())
+        shows_recall = trained.recall.iloc[0] != trained.metric.iloc[0]
+        assert f"| Method | {rates[0] * 100:g}% noise: {trained.metric.iloc[0]}" in block
+        lines = {line.split(" | ")[0][2:]: line for line in block.splitlines() if line.startswith("| ")}
+        for row in trained.itertuples():
+            cells = [c.strip() for c in lines[row.label].strip("|").split("|")][1:]
+            assert cells[rates.index(float(row.noise_rate))] == _expected_cell(row, shows_recall), (row.label, row.noise_rate)
 
 
 @pytest.mark.parametrize("what, pattern", RESULT_NUMBERS.items())
@@ -59,13 +99,18 @@ def test_the_block_follows_the_report(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{BEGIN}\n{END}\n\ntail\n")
     assert update_readme(readme, report) and not update_readme(readme, report)
-    csv = next(report.glob("*/final_metrics.csv"))
-    cells = pd.read_csv(csv)
-    cells.loc[cells.method == "sprc", "recall@10"] = 0.5
-    cells.to_csv(csv, index=False)
+    csv = next(report.glob("*/leaderboard.csv"))
+    board = pd.read_csv(csv)
+    board.loc[(board.method == "sprc") & (board.kind == "ranked"), ["metric_mean", "metric_std", "lead"]] = [50.0, 0.0, "best"]
+    board.to_csv(csv, index=False)
     assert update_readme(readme, report)
     text = readme.read_text()
-    assert "| `sprc` | 0.500 ± 0.000 |" in text and text.startswith("# x\n\n") and text.endswith(f"{END}\n\ntail\n")
+    assert "| sprc | **50.00 ± 0.00** · " in text and text.startswith("# x\n\n") and text.endswith(f"{END}\n\ntail\n")
+    cells = next(report.glob("*/selected_metrics.csv"))
+    table = pd.read_csv(cells)
+    table.loc[(table.method == "oracle") & (table.noise_rate == 0.8), "recall@10"] += 0.01
+    table.to_csv(cells, index=False)
+    assert update_readme(readme, report) and "a gap of +18.6 points" in readme.read_text()  # room at the claims' epoch
 
 
 def test_a_readme_without_the_markers_is_refused_by_name(tmp_path: Path) -> None:
@@ -83,7 +128,7 @@ def test_cirbench_report_rewrites_the_block(tmp_path: Path) -> None:
     args = ["report", "--results", str(results), "--output", str(tmp_path / "reports"), "--readme", str(readme)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "| `sprc` | 0.400 |" in readme.read_text() and "results block rewritten" in " ".join(result.output.split())
+    assert "| sprc | 40.00 |" in readme.read_text() and "results block rewritten" in " ".join(result.output.split())
     readme.write_text("no block\n")
     assert CliRunner().invoke(app, args).exit_code == 2
 

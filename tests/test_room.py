@@ -23,7 +23,7 @@ def test_the_papers_shares_are_read_from_the_published_tables() -> None:
     tme = shares[("fashioniq", "TME", 0.8)]
     assert tme.share == pytest.approx((46.67 - 33.51) / (54.92 - 33.51)) and tme.gain == pytest.approx(0.1316)
     assert shares[("cirr", "ConeSep", 0.5)].share == pytest.approx((88.46 - 75.20) / (89.74 - 75.20), abs=0.02)
-    assert paper_range(0.8).startswith("FashionIQ 0.61-0.74 (gain +0.13 to +0.16")
+    assert paper_range(0.8).startswith("FashionIQ 61%-74% (gain +13.2 to +15.7 points")
     assert paper_range(0.3) == ""
 
 
@@ -37,10 +37,10 @@ def test_room_lines_give_the_share_per_seed_and_the_gap(tmp_path: Path) -> None:
     0.25 and 0.20 of the loss on every seed (each seed shifts every cell alike)."""
     (setting,) = load_results(_results(tmp_path, oracle_80=0.36)).settings
     fifty, eighty = room_lines(setting)
-    assert fifty.startswith("50% noise: the perfect filter wins back 0.25 of `sprc`'s R@10 loss (per seed 0.25, 0.25, 0.25)")
-    assert "a gap of +0.050" in fifty and "FashionIQ 0.75-0.89" in fifty
-    assert eighty.startswith("80% noise: the perfect filter wins back 0.20") and "a gap of +0.060" in eighty
-    assert "CIRR 0.84-0.91" in eighty
+    assert fifty.startswith("50% noise: the perfect filter wins back 25% of `sprc`'s R@10 loss (per seed 25%, 25%, 25%)")
+    assert "a gap of +5.0 points" in fifty and "FashionIQ 75%-89%" in fifty
+    assert eighty.startswith("80% noise: the perfect filter wins back 20%") and "a gap of +6.0 points" in eighty
+    assert "CIRR 84%-91%" in eighty
 
 
 def test_the_report_shows_the_room_above_the_claims_and_their_forest_plot(tmp_path: Path) -> None:
@@ -63,5 +63,5 @@ def test_the_report_shows_the_room_above_the_claims_and_their_forest_plot(tmp_pa
 def test_the_room_section_renders_when_the_filter_ran(tmp_path: Path) -> None:
     page = build_report(_results(tmp_path, oracle_80=0.36), tmp_path / "report")
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
-    assert f"### {ROOM_TITLE}" in markdown and "- 80% noise: the perfect filter wins back 0.20" in markdown
+    assert f"### {ROOM_TITLE}" in markdown and "- 80% noise: the perfect filter wins back 20%" in markdown
     assert ROOM_TITLE in page.read_text(encoding="utf-8")

@@ -305,7 +305,7 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
         parts.append(f"{rate:.0%}: share per seed {', '.join(f'{v:.2f}' for v in room.shares.values())} "
                      f"(mean {room.share:.2f}, target >= {ROOM_SHARE[rate]:g}, each >= {floor:.2f}), "
                      f"gap {room.gap:+.3f}{f' (>= {ROOM_GAP:g})' if rate == 0.8 else ''}, "
-                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate)}")
+                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate, fractions=True)}")
     measurable = all(room is not None for room in rooms.values())
     value = rooms[0.8].share if rooms[0.8] is not None else float("nan")
     return Check("room to win", f"share of {base}'s {label} loss the {perfect} wins back at 80% (and 50%, gap)", value,
@@ -340,9 +340,10 @@ def parity_lines(setting: Setting, metric: str = RECALL) -> list[str]:
         value = float(values.mean()) if len(values) else float("nan")
         if not math.isfinite(value) or (value / reference >= HOSTED_SHARE and not value <= start):
             continue
-        below = f", below `{ZERO_SHOT_ROW}` ({start:.3f})" if value <= start else ""
-        lines.append(f"clean parity: `{name}` reaches {value / reference:.2f} of `{base}`'s {label} at 0% noise "
-                     f"({value:.3f} against {reference:.3f}{below}; the calibration's target is {HOSTED_SHARE:g}): "
+        below = f", below `{ZERO_SHOT_ROW}` ({100 * start:.1f}%)" if value <= start else ""
+        lines.append(f"clean parity: `{name}` reaches {100 * value / reference:.0f}% of `{base}`'s {label} at 0% noise "
+                     f"({100 * value:.1f}% against {100 * reference:.1f}%{below}; the calibration's target is "
+                     f"{100 * HOSTED_SHARE:.0f}%): "
                      f"it does not learn the clean task here as the papers' methods do, so its results under noise "
                      f"measure that before its robustness (docs/benchmark.md)")
     return lines

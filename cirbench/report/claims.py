@@ -41,7 +41,7 @@ from cirbench.results.store import MAIN_SCORE
 VERDICT_RULE = (
     "Verdict rule: a difference holds when both its 95% t interval over seeds (paired by seed) and its 95% paired "
     "bootstrap interval (validation queries, or training samples for purity and AUROC) lie above the threshold "
-    "(0; -0.01 for 'loses no more than a point'), does not hold when both lie below it, and is inconclusive "
+    "(0 points; -1 point for 'loses no more than a point'), does not hold when both lie below it, and is inconclusive "
     "otherwise or with fewer than two seeds; a kept set is cleaner than chance on a seed when the hypergeometric "
     "p < 0.01. A check that reads a cell flagged collapsed (see Collapsed cells) is inconclusive whatever its intervals. "
     "A claim holds if all its checks hold, does not hold if any does not, and is not run if none could run."
@@ -206,6 +206,15 @@ def recall_judge(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0
     return _Evidence(setting, n_resamples, seed).recall_check
 
 
+def threshold_words(threshold: float) -> str:
+    """A check label's threshold in percentage points (the claims files write fractions):
+    ``-0.01`` -> `` > -1 point``; ``""`` for 0 (beats)."""
+    if not threshold:
+        return ""
+    value = 100 * threshold
+    return f" > {value:g} point{'s' * (abs(value) != 1)}"
+
+
 def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0,
                  noisy: bool = False) -> list[Check]:
     """``winner - loser > threshold`` at every noise rate (above 0% if ``noisy``) where both
@@ -214,7 +223,7 @@ def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", thres
     if not rates:
         which = "noisy" if noisy else "noise"
         return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no {which} rate with both {winner} and {loser}")]
-    suffix = f" > {threshold:g}" if threshold else ""
+    suffix = threshold_words(threshold)
     return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}{suffix}", difference(winner, loser, rate),
                             threshold=threshold) for rate in rates]
 
@@ -223,7 +232,7 @@ def _recall_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str) -> l
     prefix = f"{spec.label}: " if spec.label else ""
     if isinstance(spec.rates, str):
         return _rate_checks(ev, method, other, prefix, spec.threshold, noisy=spec.rates == NOISY)
-    suffix = f" > {spec.threshold:g}" if spec.threshold else ""
+    suffix = threshold_words(spec.threshold)
     checks = [ev.recall_check(f"{prefix}{method} - {other} at {rate_label(rate)}{suffix}", difference(method, other, rate),
                               threshold=spec.threshold) for rate in spec.rates]
     if spec.widening:
@@ -245,7 +254,7 @@ def _sample_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str | Non
             return [Check(f"{method} {metric}", NOT_RUN, f"not run: no {method} cell{' with noise' * (spec.rates == NOISY)}")]
     else:
         rates = list(spec.rates)
-    offset = f" {'-' if spec.offset < 0 else '+'} {abs(spec.offset):g}" if spec.offset else ""
+    offset = f" {'-' if spec.offset < 0 else '+'} {100 * abs(spec.offset):g}" if spec.offset else ""
     checks = []
     for rate in rates:
         terms = difference(method, other, rate) if other else [Term(method, rate)]
@@ -369,9 +378,10 @@ CLAIMS_TITLE = "Do the papers' claims hold here?"
 def claims_intro(metric: str | None, selection: str = "") -> str:
     """The line above the claims table: what is compared, at which epochs, and how the numbers read."""
     recall = f"recall is {metric} (the tables' headline column)" if metric else "no recall in these results"
-    return (f"Each claim checked on these results; {recall}, purity and AUROC as fractions (purity and AUROC at "
-            "each run's last epoch). " + (f"{selection} " if selection else "") + "Numbers: the mean "
-            "difference over seeds; its 95% t interval over seeds; its 95% paired bootstrap interval.")
+    return (f"Each claim checked on these results; {recall} on the validation queries, purity and AUROC (x100, so "
+            "chance is 50) of the training samples, all in percent (purity and AUROC at each run's last epoch, where the "
+            "kept set is final). " + (f"{selection} " if selection else "") + "Numbers: the mean difference over seeds "
+            "in percentage points; its 95% t interval over seeds; its 95% paired bootstrap interval.")
 
 
 def verdict_summary(claims: Sequence[Claim]) -> str:

@@ -18,12 +18,13 @@ from cirbench.report.forest import claims_forest
 from cirbench.report.gain_figure import gain_figure
 from cirbench.report.glance import at_a_glance
 from cirbench.report.kept_figure import kept_section
-from cirbench.report.leaderboard import Leaderboard, build_leaderboard
+from cirbench.report.leaderboard import Leaderboard, build_leaderboard, first_screen
 from cirbench.report.load import ReportData, Setting
 from cirbench.results.labels import TRIAL_LABEL
+from cirbench.results.selection import DEFAULT_RULE
 from cirbench.report.references import reference_table
 from cirbench.report.reproduction import reproduction_table
-from cirbench.report.selection import selection_table
+from cirbench.report.selection import rule_view, selection_table
 from cirbench.report.tuned import tuned_table
 from cirbench.report.tables import TableModel, ablation_table, gain_table, purity_table, recall_table
 
@@ -52,6 +53,8 @@ class Section:
     """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
     kept_worth: list[FigureFile | TableModel | str] = field(default_factory=list)
     """What a kept set is worth (:func:`~cirbench.report.kept_figure.kept_section`): the chart, the tables, or a line."""
+    context: list[str] = field(default_factory=list)
+    """The lines above the leaderboard: what the data are, the noise, the sizes, what blank cells mean."""
 
 
 @dataclass
@@ -122,18 +125,19 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
     ``published``: the papers' numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
     sections = []
     for setting in data.settings:
-        candidates = (recall_table(setting), ablation_table(setting), reference_table(setting), gain_table(setting),
+        read = rule_view(setting, DEFAULT_RULE).setting  # recall at the epoch the claims read; kept sets at the last
+        candidates = (recall_table(read), ablation_table(read), reference_table(read), gain_table(read),
                       purity_table(setting), selection_table(setting), tuned_table(setting),
-                      reproduction_table(setting, published))
+                      reproduction_table(read, published))
         tables = [t for t in candidates if t is not None]
         gain = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
-        figures = all_figures(setting, output / setting.slug)
+        figures = all_figures(setting, output / setting.slug, read)
         lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
-        claims, metric = paper_claims(setting), claims_metric(setting)
-        sections.append(Section(setting, at_a_glance(setting), tables, [f for f in figures if f not in lead], claims, metric,
-                                claims_selection(setting), room_lines(setting) + parity_lines(setting),
-                                claims_forest(claims, output / setting.slug, metric), build_leaderboard(setting), lead,
-                                kept_section(setting, output / setting.slug)))
+        claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
+        sections.append(Section(setting, at_a_glance(read), tables, [f for f in figures if f not in lead], claims, metric,
+                                claims_selection(setting), room_lines(read) + parity_lines(read),
+                                claims_forest(claims, output / setting.slug, metric), board, lead,
+                                kept_section(setting, output / setting.slug), first_screen(setting, board)))
     n_runs = sum(len(s.runs) for s in data.settings)
     subtitle = (
         f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "

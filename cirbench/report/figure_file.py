@@ -7,9 +7,23 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 DPI = 110
+MAX_WIDTH = 11.0
+"""The widest figure, in inches: at :data:`DPI` it is shown at its own size (1,210 px) in a page
+1,280 px wide, so its text is not scaled down."""
+TEXT_SIZE = 11
+"""The smallest text in a figure, in points: 17 px at :data:`DPI`, at least a browser's body text."""
+FIGURE_STYLE: dict = {
+    "font.size": TEXT_SIZE, "axes.titlesize": TEXT_SIZE + 1, "axes.labelsize": TEXT_SIZE, "xtick.labelsize": TEXT_SIZE,
+    "ytick.labelsize": TEXT_SIZE, "legend.fontsize": TEXT_SIZE, "legend.title_fontsize": TEXT_SIZE,
+    "figure.titlesize": TEXT_SIZE + 1,
+}
+"""The report's figure text (matplotlib's settings, applied while a figure is drawn: :data:`styled`)."""
+styled = rc_context(FIGURE_STYLE)
+"""A decorator (and context manager) that draws a figure in :data:`FIGURE_STYLE`."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +39,7 @@ class FigureFile:
 
 def figure_title(fig: Figure, title: str, width_in: float) -> None:
     """Set ``fig``'s title, wrapped to its width."""
-    fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width_in * 11)))), fontsize=11)
+    fig.suptitle("\n".join(textwrap.wrap(title, max(40, int(width_in * 9)))), fontsize=TEXT_SIZE + 1)
 
 
 def save_figure(fig: Figure, out: Path, name: str, title: str, caption: str, alt: str = "") -> FigureFile:

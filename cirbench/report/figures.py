@@ -19,12 +19,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure  # noqa: F401  (re-exported)
+from cirbench.report.figure_file import (  # noqa: F401  (DPI re-exported)
+    DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
+)
 from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.palette import method_styles
 from cirbench.report.references import reference_stats, reference_style
 from cirbench.report.tables import (
-    flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, headline_column, rate_label, run_columns, summarize, validation_metrics, wide_columns,
 )
 from cirbench.results.roles import BASELINE
 
@@ -51,8 +53,10 @@ def _collapse_handle() -> Line2D:
 
 
 def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width: float = 8.0) -> tuple[Figure, list[Axes]]:
-    """A figure of ``n`` panels in at most ``ncols`` balanced columns, at least ``min_width``
-    inches wide so the title and the shared legend fit."""
+    """A figure of ``n`` panels in at most ``ncols`` balanced columns (fewer where ``ncols``
+    panels would be wider than :data:`MAX_WIDTH`), at least ``min_width`` inches wide so the
+    title and the shared legend fit."""
+    ncols = max(1, min(ncols, int(MAX_WIDTH // width)))  # no wider than a page shows at full size
     nrows = math.ceil(n / max(1, ncols))
     ncols = max(1, math.ceil(n / nrows))
     width = max(width, min_width / ncols)
@@ -76,9 +80,11 @@ def _rate_axis(ax: Axes, rates: list[float]) -> None:
     ax.grid(alpha=0.3)
 
 
+@styled
 def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     """Recall@K against noise rate, one panel per reported column, a line per method with a
-    band of +-1 std over seeds (final epoch)."""
+    band of +-1 std over seeds (each run's last epoch of ``setting`` as given: the report gives
+    it the view at the claims' epoch)."""
     per_run = run_columns(setting)
     columns = list(per_run.columns)
     if not columns:
@@ -87,7 +93,7 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     styles = method_styles(setting)
     references = reference_stats(setting)
     references_columns = set(references["mean"].columns) if len(references) else set()
-    title = f"Final-epoch validation recall vs noise rate (mean ± std over seeds): {setting.describe()}"
+    title = f"Validation recall vs noise rate, {CLAIMS_EPOCH} (mean ± std over seeds): {setting.describe()}"
     fig, axes = _grid(len(columns), 4, 3.6, 2.9, title)
     rates, ringed = setting.rates, False
     for ax, column in zip(axes, columns):
@@ -111,7 +117,8 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
                    extra=[Line2D([], [], **reference_style(setting, name), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
     return save_figure(fig, out, "recall_vs_noise", "Recall vs noise rate",
-                 "One panel per metric; a line per method (mean over seeds) with a ±1 std band. Horizontal lines are "
+                 f"One panel per metric, {ON_VALIDATION} in percent {CLAIMS_EPOCH}; a line per method (mean over "
+                 "seeds) with a ±1 std band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
                  "triplets. A red ring "
@@ -126,6 +133,7 @@ def _counts(setting: Setting) -> pd.DataFrame:
     return overall.dropna(subset=["n_selected"])
 
 
+@styled
 def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     """ConeSep Figure 6: per method and noise rate the kept-clean set as stacked bars of truly
     clean (Real Positive) and truly noisy (Wrong Positive) samples, final epoch, mean over
@@ -138,7 +146,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     counts["n_clean_total"] = counts.n_train - counts.n_noisy
     means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train"]].mean()
     methods = [m for m in setting.methods if m in means.index.get_level_values("method")]
-    title = f"Kept-clean set at the final epoch, ConeSep Fig. 6 style (mean over seeds): {setting.describe()}"
+    title = f"Kept-clean set {LAST_EPOCH}, ConeSep Fig. 6 style (mean over seeds): {setting.describe()}"
     fig, axes = _grid(len(methods), 4, 3.6, 3.2, title)
     rates = setting.rates
     top = float((means[["n_selected_clean", "n_selected_noisy"]].sum(axis=1).max()))
@@ -155,7 +163,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
         for xi, c, n in zip(x, clean, noisy):
             if np.isfinite(c) and c + n > 0:
-                ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=8)
+                ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
         ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
                           for r in rates])
         ax.set_ylim(0, top * 1.15)
@@ -173,7 +181,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         loc="outside lower center", ncols=2, frameon=False,
     )
     return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
-                 "Stacked bars: the set each method kept as clean at the final epoch, split into truly clean "
+                 f"Stacked bars: the set each method kept as clean {LAST_EPOCH} (where its kept set is final), split into truly clean "
                  "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
                  "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
@@ -210,6 +218,7 @@ def _collapsed_at(setting: Setting, methods: list[str], rate: float) -> str:
     return f" ({COLLAPSE_MARK} {', '.join(flagged)})" if flagged else ""
 
 
+@styled
 def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
     """The hard-noise view: per noise rate the share of reference-, caption- and
     target-swapped samples each method caught (not kept), and the AUROC of each method's
@@ -226,7 +235,7 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
     styles = method_styles(setting)
     flagged = flagged_shares(setting)
     used = [m for m in setting.methods if m in set(caught.method) | set(scored.method)]
-    title = f"Detection by noise type at the final epoch (mean ± std over seeds): {setting.describe()}"
+    title = f"Detection by noise type {LAST_EPOCH} (mean ± std over seeds): {setting.describe()}"
     ncols = len(rates)
     fig = Figure(figsize=(max(4.2 * ncols, 7.5), 3.3 * len(rows) + 1.1), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(rows), ncols, squeeze=False)
@@ -257,7 +266,8 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
         handles.append(Line2D([], [], color="0.3", linestyle="--", label="its flag rate (what a random partition catches)"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     return save_figure(fig, out, "detection_by_noise_type", "Detection by noise type",
-                 f"Top: the share of each kind of noisy sample ({setting.noise_type_wording()}) "
+                 f"Kept sets read {LAST_EPOCH} (where a kept set is final). Top: the share of each kind of noisy sample "
+                 f"({setting.noise_type_wording()}) "
                  "that a partitioning method did not keep as clean; a low bar is noise the method misses. The dashed "
                  "line in a method's colour is the share of all training samples it flagged: a random partition with "
                  "that flag rate catches that share of every type, so only bars above the line are real detection. "
@@ -270,6 +280,7 @@ def _scored(setting: Setting) -> pd.DataFrame:
     return scores[scores.noise_rate > 0]
 
 
+@styled
 def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
     """Histograms of the final-epoch noise score of truly clean and truly noisy training
     samples, one panel per method (rows) and noise rate (columns), seeds pooled."""
@@ -298,17 +309,18 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
             for mask, colour, label in ((~noisy, CLEAN_COLOUR, "clean"), (noisy, NOISY_COLOUR, "noisy")):
                 if mask.any():
                     ax.hist(values[mask], bins=bins, density=True, color=colour, alpha=0.6, label=label)
-            ax.set_title(f"{setting.label(method, rate)}, noise {rate_label(rate)}", fontsize=9)
+            ax.set_title(f"{setting.label(method, rate)}, noise {rate_label(rate)}", fontsize=TEXT_SIZE)
             ax.set_xlabel("noise score")
             ax.set_ylabel("density")
     fig.legend(handles=[Patch(color=CLEAN_COLOUR, alpha=0.6, label="truly clean"),
                         Patch(color=NOISY_COLOUR, alpha=0.6, label="truly noisy")],
                loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out, "score_distributions", "Noise-score distributions",
-                 "How well each method's per-sample noise score separates truly clean (blue) from truly noisy "
-                 "(pink) training samples; little overlap means a clean separation.")
+                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean (blue) from truly "
+                 "noisy (pink) training samples; little overlap means a clean separation.")
 
 
+@styled
 def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
     """ROC curves of the final-epoch noise score (noisy = positive), one panel per noise
     rate, the curve averaged over seeds on a common false-positive grid, AUROC in the legend."""
@@ -345,10 +357,10 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_title(f"noise {rate_label(rate)}")
         ax.set_xlabel("false-positive rate (clean flagged)")
         ax.set_ylabel("true-positive rate (noisy flagged)")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=TEXT_SIZE, loc="lower right")
         ax.grid(alpha=0.3)
     return save_figure(fig, out, "roc_curves", "ROC curves of the noise score",
-                 "Each method's noise score as a detector of noisy triplets; the legend gives the AUROC "
+                 f"Each method's noise score {LAST_EPOCH} as a detector of noisy triplets; the legend gives the AUROC "
                  "(mean ± std over seeds).")
 
 
@@ -364,6 +376,7 @@ def _validation_per_epoch(setting: Setting) -> tuple[pd.DataFrame, str] | None:
     return frame, column
 
 
+@styled
 def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
     """Validation recall (the headline column) per epoch, a panel per noise rate and a line
     per method with a +-1 std band over seeds."""
@@ -395,7 +408,8 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.grid(alpha=0.3)
     _method_legend(fig, setting, [m for m in setting.methods if m in used], styles, extra=[_collapse_handle()] if ringed else None)
     return save_figure(fig, out, "validation_curves", f"Validation {column} per epoch",
-                 "How retrieval develops during training at each noise rate; a red ring on the last epoch marks a "
+                 f"How retrieval ({ON_VALIDATION}) develops during training at each noise rate, after every epoch (the "
+                 "tables read each run at its held-out-selected epoch); a red ring on the last epoch marks a "
                  "method that collapsed on a seed at that rate (see Collapsed cells).")
 
 
@@ -410,6 +424,7 @@ def _loss_curves(setting: Setting, method: str) -> pd.DataFrame:
     return losses.groupby(["noise_rate", "name", "epoch", "step"], as_index=False).agg(x=("x", "mean"), value=("value", "mean"))
 
 
+@styled
 def training_curves(setting: Setting, method: str, out: Path) -> FigureFile | None:
     """One method's training: a panel per logged component (``total`` first; per-step values,
     mean over seeds, smoothed over a fifth of an epoch) and its validation recall per epoch;
@@ -452,14 +467,16 @@ def training_curves(setting: Setting, method: str, out: Path) -> FigureFile | No
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in method)
     return save_figure(fig, out, f"training_{safe}", f"Training curves: {_label(setting, method)}",
                  "The total loss and each component the method logs, per step (mean over seeds, lightly smoothed; "
-                 f"x in epochs), and the validation recall after each epoch, one line per noise rate ({COLLAPSE_MARK}: "
+                 f"x in epochs), and the validation recall after every epoch, one line per noise rate ({COLLAPSE_MARK}: "
                  "collapsed on a seed at that rate).")
 
 
-def all_figures(setting: Setting, out: Path) -> list[FigureFile]:
-    """Every figure of a setting, in reading order, skipping those without data."""
+def all_figures(setting: Setting, out: Path, read: Setting | None = None) -> list[FigureFile]:
+    """Every figure of a setting, in reading order, skipping those without data; ``read``:
+    the setting at the epoch the claims read (:func:`~cirbench.report.selection.rule_view`),
+    which recall against noise draws (default: ``setting`` as given)."""
     figures = [
-        recall_vs_noise(setting, out), purity_bars(setting, out), detection_by_type(setting, out),
+        recall_vs_noise(read if read is not None else setting, out), purity_bars(setting, out), detection_by_type(setting, out),
         score_distributions(setting, out), roc_curves(setting, out), validation_curves(setting, out),
     ]
     figures += [training_curves(setting, method, out) for method in setting.methods]

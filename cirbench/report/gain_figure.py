@@ -13,16 +13,20 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure
+from cirbench.report.figure_file import DPI, FigureFile, figure_title, save_figure, styled
 from cirbench.report.leaderboard import RECALL_COLUMNS
 from cirbench.report.load import Setting
 from cirbench.report.palette import method_styles
 from cirbench.report.selection import rule_view
-from cirbench.report.tables import headline_column, rate_label, run_columns
+from cirbench.report.tables import CLAIMS_EPOCH, ON_VALIDATION, headline_column, rate_label, run_columns
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 
 CAP_STYLE: dict = {"color": "black", "linestyle": "--", "linewidth": 2.0}
+OUTLIER = 1.5
+"""A bar further from 0 than this many times its panel's scale is drawn clipped, its value
+written at the edge (:func:`y_limits`): one method's large loss would otherwise set the axis
+and leave gains of a few points as slivers."""
 
 
 def paired_gains(setting: Setting, per_run: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -37,33 +41,64 @@ def paired_gains(setting: Setting, per_run: pd.DataFrame, column: str) -> pd.Dat
     return gains.groupby(level="noise_rate").agg(["mean", "std", "count"])
 
 
+def y_limits(gains: pd.DataFrame, methods: list[str], caps: list[float]) -> tuple[float, float]:
+    """The y range of a panel (points): every bar with its whisker, the caps and 0, except a bar
+    more than :data:`OUTLIER` times the panel's scale (the larger of its biggest cap and the
+    median of the bars' sizes) from 0, which is drawn clipped with its value written."""
+    means = np.array([v for m in methods for v in gains[(m, "mean")].to_numpy()], dtype=float)
+    stds = np.array([v for m in methods for v in gains[(m, "std")].fillna(0).to_numpy()], dtype=float)
+    finite = np.isfinite(means)
+    scale = max(float(np.median(np.abs(means[finite]))) if finite.any() else 0.0,
+                max((abs(c) for c in caps), default=0.0), 1.0)
+    kept = finite & (np.abs(means) <= OUTLIER * scale)
+    low = min(0.0, *(means[kept] - stds[kept]), *caps)
+    high = max(0.0, *(means[kept] + stds[kept]), *caps)
+    outliers = means[finite & ~kept]  # room for a clipped bar's value at the edge it passes
+    if (outliers < 0).any():
+        low = min(low, -0.4 * scale)
+    if (outliers > 0).any():
+        high = max(high, 0.4 * scale)
+    pad = 0.14 * (high - low or 1.0)
+    return low - pad, high + pad
+
+
 def _panel(ax, gains: pd.DataFrame, methods: list[str], filters: set[str], styles: dict, column: str,
            baseline: str) -> dict[float, float]:
     """Grouped bars of ``methods``' gains, the cap of the perfect filter at each rate; the caps drawn."""
     rates = list(gains.index)
     x = np.arange(len(rates))
+    caps = {float(rate): float(gains.loc[rate, (perfect, "mean")]) for perfect in filters for rate in rates
+            if rate > 0 and np.isfinite(gains.loc[rate, (perfect, "mean")])}  # without noise the filter removes nothing
+    low, high = y_limits(gains, methods, list(caps.values()))
     width = 0.8 / max(1, len(methods))
     for i, method in enumerate(methods):
         mean, std = gains[(method, "mean")].to_numpy(), gains[(method, "std")].fillna(0).to_numpy()
-        ax.bar(x + width * (i - (len(methods) - 1) / 2), mean, width, yerr=std, color=styles[method]["color"],
-               edgecolor="white", capsize=2, error_kw={"elinewidth": 0.8})
-    caps = {}
-    for perfect in filters:
-        for xi, rate in zip(x, rates):
-            cap = gains.loc[rate, (perfect, "mean")]
-            if rate > 0 and np.isfinite(cap):  # without noise the filter has nothing to remove
-                ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
-                ax.annotate(f"cap {cap:+.1f}", (xi + 0.45, cap), xytext=(2, 2), textcoords="offset points", fontsize=8)
-                caps[float(rate)] = float(cap)
+        where = x + width * (i - (len(methods) - 1) / 2)
+        shown = np.clip(mean, low, high)
+        clipped = np.isfinite(mean) & (shown != mean)
+        ax.bar(where, shown, width, yerr=np.where(clipped, 0.0, std), color=styles[method]["color"], edgecolor="white",
+               capsize=2, error_kw={"elinewidth": 0.8})
+        for xi, value, edge in zip(where[clipped], mean[clipped], shown[clipped]):
+            ax.annotate(f"{value:+.1f}", (xi, edge), xytext=(0, 4 if value < 0 else -4), textcoords="offset points",
+                        ha="center", va="bottom" if value < 0 else "top", fontsize=11, rotation=90,
+                        bbox={"facecolor": "white", "edgecolor": styles[method]["color"], "pad": 1.0})
+    for xi, rate in zip(x, rates):
+        if float(rate) in caps:
+            cap = caps[float(rate)]
+            ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
+            ax.annotate(f"cap {cap:+.1f}", (xi, cap), xytext=(0, 3), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=11, annotation_clip=True)
+    ax.set_ylim(low, high)
     ax.axhline(0.0, color="0.4", linewidth=0.8)
     ax.set_xticks(x, [rate_label(r) for r in rates])
     ax.set_xlabel("noise rate")
-    ax.set_ylabel(f"gain over {baseline} in {column} (points)")
+    ax.set_ylabel(f"gain over {baseline} (points)")
     ax.set_title(column)
     ax.grid(axis="y", alpha=0.3)
     return caps
 
 
+@styled
 def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> FigureFile | None:
     """The gains over the baseline of every compared method on the claims' metric and R@10, the
     perfect filter's as the cap; None without the baseline or without another method beside it."""
@@ -87,8 +122,8 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     caps = {c: _panel(ax, g, methods, oracles, styles, c, baseline) for ax, (c, g) in zip(axes, panels.items())}
     cap = ("the perfect filter's gain drawn as the cap at each noise rate" if oracles
            else "no perfect filter in these results: the cap is not measured")
-    figure_title(fig, f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, at the epoch the claims "
-                      f"read), {cap}: {setting.describe()}", max(width, 8.0))
+    figure_title(fig, f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, {CLAIMS_EPOCH}), "
+                      f"{cap}: {setting.describe()}", max(width, 8.0))
     handles = [Patch(color=styles[m]["color"], label=setting.label(m)) for m in methods]
     handles += [Line2D([], [], **CAP_STYLE, label="the perfect filter's gain (the cap)")] if oracles else []
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
@@ -101,9 +136,11 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
               "no perfect filter was run, so the most a method that only removes noise can reach is not measured."))
     return save_figure(fig, out, f"gain_over_{baseline}",
                        f"What each method gains over {baseline}" + (", and the perfect filter's cap" if oracles else ""),
-                       f"Each method's mean gain over {baseline} at each noise rate in percentage points (paired by seed, "
-                       "the bar's whisker ±1 std over seeds), read at the epoch the claims read, on the claims' metric and "
-                       f"on R@10. {_cap_caption(bool(oracles))} The leaderboard and the claims say which gains are more than "
+                       f"Each method's mean gain over {baseline} at each noise rate in percentage points of {ON_VALIDATION} "
+                       f"(paired by seed, the bar's whisker ±1 std over seeds), read {CLAIMS_EPOCH}, on the claims' metric "
+                       f"and on R@10. A bar whose value is written in a box at the axis' edge is clipped: it reaches "
+                       f"beyond the axis, which is scaled to the other bars and the cap. {_cap_caption(bool(oracles))} "
+                       "The leaderboard and the claims say which gains are more than "
                        "seed and query noise.", alt)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
-from cirbench.report.tables import best_per_rate, flagged_shares, rate_label
+from cirbench.report.tables import CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, best_per_rate, flagged_shares, rate_label
 
 
 def _best_purity(setting: Setting) -> list[str]:
@@ -26,7 +26,7 @@ def _best_purity(setting: Setting) -> list[str]:
         best = str(block.idxmax())
         parts.append(f"{rate_label(rate)}: {best}{setting.collapse_mark(best, rate)} ({100 * block.max():.1f}% clean; "
                      f"a random subset: {100 * clean_share[rate]:.1f}%)")
-    return ["Cleanest kept set: " + "; ".join(parts) + "."]
+    return [f"Cleanest kept set {LAST_EPOCH}: " + "; ".join(parts) + "."]
 
 
 def _misses(setting: Setting) -> list[str]:
@@ -36,7 +36,7 @@ def _misses(setting: Setting) -> list[str]:
     lines = []
     for method in setting.methods:
         rows = typed[typed.method == method]
-        value, what = ("noise_recall", "caught") if rows.noise_recall.notna().any() else ("auroc", "AUROC")
+        value, what = ("noise_recall", "caught") if rows.noise_recall.notna().any() else ("auroc", "AUROC x100")
         rows = rows.dropna(subset=[value])
         if rows.empty:
             continue
@@ -44,11 +44,11 @@ def _misses(setting: Setting) -> list[str]:
         parts = []
         for rate in sorted(means.index.get_level_values(0).unique()):
             block = means.xs(rate)
-            shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{block.min():.2f}"
+            shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{100 * block.min():.0f}"
             if value == "noise_recall" and method in flagged.get(float(rate), {}):
                 shown += f" of them, flags {100 * flagged[float(rate)][method]:.0f}% of all samples"
             parts.append(f"{rate_label(rate)}{setting.collapse_mark(method, rate)}: {block.idxmin()} ({what} {shown})")
-        lines.append(f"{method} misses most: " + "; ".join(parts) + ".")
+        lines.append(f"{method} misses most ({LAST_EPOCH}): " + "; ".join(parts) + ".")
     return lines
 
 
@@ -61,9 +61,9 @@ def at_a_glance(setting: Setting) -> list[str]:
     if best:
         column = best[0][1]
         lines.append(
-            f"Highest mean {column} at the last epoch (perfect filters, ablation rows and sweep trials excluded; "
-            "whether it beats the others surely is the leaderboard's mark): "
-            + "; ".join(f"{rate_label(rate)}: {setting.label(method, rate)} ({value:.2f})" for rate, _, method, value in best) + "."
+            f"Highest mean {column} ({ON_VALIDATION}, %) {CLAIMS_EPOCH} (perfect filters, ablation rows and sweep "
+            "trials excluded; whether it beats the others surely is the leaderboard's mark): "
+            + "; ".join(f"{rate_label(rate)}: {setting.label(method, rate)} ({value:.2f}%)" for rate, _, method, value in best) + "."
         )
     flagged = setting.collapsed
     if len(flagged):

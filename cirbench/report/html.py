@@ -62,6 +62,12 @@ table.leaderboard tr.perfect-filter td, table.leaderboard tr.bound td, table.lea
 table.leaderboard td b { color: #000; }
 table.leaderboard span.mk { display: inline-block; width: 1.2em; text-align: left; }
 .legend { color: #444; font-size: 0.82em; margin: 0.2em 0; max-width: 75em; }
+.context { font-size: 0.9em; margin: 0.15em 0; max-width: 75em; }
+table.leaderboard tr.sub th { border-bottom: 1px solid #333; font-weight: normal; font-size: 0.85em; color: #555;
+                              padding: 0.1em 0.5em; }
+table.leaderboard thead tr:first-child th { border-bottom: 1px solid #999; }
+span.top { color: #555; margin-left: 0.2em; }
+div.wide { overflow-x: auto; max-width: 100%; }
 nav.contents ul { margin: 0.2em 0; } nav.contents li { margin: 0.1em 0; }
 h2.leaderboard { margin-top: 0.8em; font-size: 1.2em; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
@@ -168,6 +174,7 @@ def render_html(content: ReportContent) -> str:
     for section in content.sections:
         if section.leaderboard is not None:
             out += [f'<h2 class="leaderboard" id="{leaderboard_anchor(section)}">{html.escape(leaderboard_title(section))}</h2>',
+                    *(f'<p class="context">{prose(line)}</p>' for line in section.context),
                     f'<p class="legend">{prose(legend(section.leaderboard))}</p>', leaderboard_html(section.leaderboard)]
     out.append(_contents_html(contents(content)))
     for section in content.sections:

@@ -9,25 +9,29 @@ both judged by the claims' own rule (:func:`~cirbench.report.claims.recall_judge
 of a column is bold only where it beats every other ranked method; otherwise it and the
 methods it does not beat are tied for the lead. Only hosted and plugin methods are ranked;
 the perfect filter, the bound (the baseline at 0%) and the reference rows are lines of their
-own, never ranked. A cell whose R@10 is below ``zero_shot``'s is marked: a fine-tune that
-ends below where it began.
+own, never ranked. A number below ``zero_shot``'s (the claims' metric or R@10) is marked: a
+fine-tune that ends below where it began. :func:`first_screen` writes the lines above it: what
+the data are, the noise protocol, the sizes and what its blank cells mean.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pandas as pd
 
+from cirbench.data.noise import NOISE_PROTOCOLS
+from cirbench.data.registry import DATASETS, ShapesLoader
 from cirbench.report.bootstrap import N_RESAMPLES
 from cirbench.report.claims import Check, recall_judge
 from cirbench.report.load import Setting
 from cirbench.report.references import bound_label, reference_stats
 from cirbench.report.selection import RuleView, rule_view
 from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
-from cirbench.report.tables import headline_column, rate_label, run_columns, summarize
+from cirbench.report.tables import CLAIMS_EPOCH, headline_column, rate_label, run_columns, summarize
 from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.metrics import FASHIONIQ_AVERAGE, RECALL, metric_label
 from cirbench.results.roles import BASELINE
@@ -66,6 +70,8 @@ class LeaderCell:
     """:data:`BEST` (ahead of every other ranked method), :data:`TIED` (a leader not separated) or empty."""
     below_start: bool = False
     """Its R@10 is below ``zero_shot``'s."""
+    metric_below_start: bool = False
+    """Its claims' metric is below ``zero_shot``'s."""
     collapsed: bool = False
 
 
@@ -97,6 +103,10 @@ class Leaderboard:
     """``zero_shot``'s R@10 (NaN without that row)."""
     baseline: str
     """The method each cell is compared with: the setting's baseline, by role."""
+    metric_start: float = math.nan
+    """``zero_shot``'s claims' metric (NaN without that row)."""
+    queries: str = ""
+    """How many validation queries the recall is measured on, as text (empty when not stored)."""
 
     @property
     def ranked(self) -> list[LeaderRow]:
@@ -117,12 +127,12 @@ def _stat(stats: pd.DataFrame, key: object, column: str | None) -> Stat:
 
 
 def epochs_text(view: RuleView) -> str:
-    """The epoch the leaderboard (and the claims) read each run at, in words."""
-    if view.rule == "holdout":
-        text = "at each run's best epoch on its held-out noisy triplets (the claims' `holdout` rule"
-        return text + (f"; {view.fallback} of {len(view.epochs)} runs without a held-out split at their last epoch)"
-                       if view.fallback else ")")
-    return f"at the epoch the `{view.rule}` rule selects (the claims' rule)"
+    """The epoch the leaderboard (and the claims) read each run at, in words: :data:`CLAIMS_EPOCH`
+    under the default rule, with the runs read at their last epoch for want of a held-out split."""
+    if view.rule == DEFAULT_RULE:
+        return CLAIMS_EPOCH + (f" ({view.fallback} of {len(view.epochs)} runs, without a held-out split, at their last "
+                               "epoch)" if view.fallback else "")
+    return f"at the epoch the `{view.rule}` rule selects"
 
 
 def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge: Judge) -> None:
@@ -141,7 +151,7 @@ def _mark_leaders(rows: list[LeaderRow], rates: list[float], judge: Judge) -> No
             cell.lead = TIED
 
 
-def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[str, str | None], start: float,
+def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[str, str | None], start: tuple[float, float],
            judge: Judge) -> dict[float, LeaderCell]:
     cells, baseline = {}, setting.role(BASELINE)
     for rate in setting.rates:
@@ -149,7 +159,7 @@ def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[st
         if not math.isfinite(metric.mean):
             continue
         cell = LeaderCell(metric, _stat(stats, (rate, method), columns[1]), collapsed=bool(setting.collapse_mark(method, rate)))
-        cell.below_start = cell.recall.mean < start
+        cell.metric_below_start, cell.below_start = cell.metric.mean < start[0], cell.recall.mean < start[1]
         if method != baseline and (rate, baseline) in stats.index:
             check = judge(f"{method} vs {baseline}, {rate_label(rate)}", difference(method, baseline, rate))
             cell.versus = VERSUS.get(check.verdict, "")
@@ -169,7 +179,7 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
     recall = next((c for c in RECALL_COLUMNS if c in per_run.columns), None)
     stats = summarize(view.setting, per_run[list(dict.fromkeys(c for c in (metric, recall) if c))])
     references = reference_stats(view.setting)
-    start = _stat(references, ZERO_SHOT, recall).mean
+    start = _stat(references, ZERO_SHOT, metric).mean, _stat(references, ZERO_SHOT, recall).mean
     judge = recall_judge(view.setting, n_resamples, seed)
     rows = [LeaderRow(PERFECT_FILTER if m in setting.oracles else RANKED, m, setting.label(m),
                       _cells(setting, stats, m, (metric, recall), start, judge)) for m in setting.methods]
@@ -179,8 +189,96 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
     for name in sorted(references.index, key=lambda n: n != bound):
         span = LeaderCell(_stat(references, name, metric), _stat(references, name, recall))
         if name == bound:
-            span.below_start = span.recall.mean < start
+            span.metric_below_start, span.below_start = span.metric.mean < start[0], span.recall.mean < start[1]
         rows.append(LeaderRow(BOUND_ROW if name == bound else REFERENCE_ROW, baseline if name == bound else str(name),
                               str(name), span=span))
     seeds = sorted({int(s) for s in setting.runs.seed})
-    return Leaderboard(metric, recall or "", setting.rates, rows, rule, epochs_text(view), seeds, start, baseline)
+    return Leaderboard(metric, recall or "", setting.rates, rows, rule, epochs_text(view), seeds, start[1], baseline,
+                       start[0], validation_queries(setting))
+
+
+def validation_queries(setting: Setting) -> str:
+    """The number of validation queries each run's recall is measured on, from the stored
+    per-query ranks (``1,600`` or ``1,600 or 3,200`` where runs differ; empty without ranks)."""
+    ranks = setting.ranks
+    if ranks.empty:
+        return ""
+    counts = sorted({int(n) for n in ranks.groupby("run_id")["query"].nunique()})
+    return " or ".join(f"{n:,}" for n in counts)
+
+
+def _count(values: pd.Series) -> str:
+    found = sorted({int(v) for v in values.dropna()})
+    return " or ".join(f"{v:,}" for v in found) or "?"
+
+
+def first_screen(setting: Setting, board: Leaderboard | None) -> list[str]:
+    """The two or three lines above a setting's leaderboard (Markdown): what the data are and
+    whether the papers' numbers compare, the noise protocol, the training and validation sizes,
+    and what a blank cell means."""
+    lines = []
+    if is_synthetic(setting.dataset):
+        lines.append(f"**Synthetic data**: `{setting.dataset}` is generated coloured-shape scenes and `{setting.backbone}` "
+                     "a small model, so these numbers test the methods' mechanics and are not comparable to the papers' "
+                     "FashionIQ and CIRR numbers (the real path: `docs/real-datasets.md`).")
+    runs = setting.runs
+    noise = NOISE_PROTOCOLS.get(setting.noise_protocol) if setting.noise_protocol in NOISE_PROTOCOLS else None
+    described = getattr(noise, "noise_types", {})
+    kinds = ", ".join(described.get(t, t) for t in described) or setting.noise_type_wording() or setting.noise_protocol
+    protocol = (f"**Noise**: `{setting.noise_protocol}`: at a noise rate r, a share r of the training triplets is "
+                f"corrupted, in equal parts {kinds}" if setting.noise_protocol == "thirds" else
+                f"**Noise**: `{setting.noise_protocol}`: " + (getattr(noise, "description", "") or kinds))
+    held = runs.n_holdout.fillna(0).gt(0) if "n_holdout" in runs.columns else pd.Series(False, index=runs.index)
+    sizes = f"{_count(runs.n_train)} training triplets"
+    if held.any():
+        sizes += f" (and {_count(runs.loc[held, 'n_holdout'])} held out, noisy like them, that only pick the epoch)"
+    queries = board.queries if board is not None else validation_queries(setting)
+    sizes += f"; recall on {queries} validation queries" if queries else "; recall on the validation queries"
+    lines.append(f"{protocol}. **Sizes**: {sizes}.")
+    if board is not None:
+        blank = _blank_cells(setting, board)
+        if blank:
+            lines.append("**Blank cells**: " + "; ".join(blank) + ".")
+    return lines
+
+
+def _blank_cells(setting: Setting, board: Leaderboard) -> list[str]:
+    """What each kind of blank cell of ``board`` means: the perfect filter at 0% (it would be
+    the baseline's cell), a cell that failed (or was interrupted or damaged), one never run."""
+    problems = setting.problems
+    failed = ({(str(p.method), float(p.noise_rate)) for p in problems.itertuples() if p.status != "missing"}
+              if len(problems) else set())
+    notes, missing, broken = [], [], []
+    for row in board.ranked + [r for r in board.unranked if r.kind == PERFECT_FILTER]:
+        for rate in board.rates:
+            if rate in row.cells:
+                continue
+            if row.kind == PERFECT_FILTER and rate == 0:
+                notes.append(f"the perfect filter at 0% is not run: with no noise to remove it is `{board.baseline}`'s "
+                             "cell (the bound row)")
+            else:
+                (broken if (row.method, rate) in failed else missing).append((row.method, rate))
+    if missing:
+        notes.append(f"not run: {_grouped(missing)}")
+    if broken:
+        notes.append(f"no completed run (listed under Failed and missing cells): {_grouped(broken)}")
+    return list(dict.fromkeys(notes))
+
+
+def _grouped(cells: list[tuple[str, float]]) -> str:
+    """Cells as few words: ``a, b at 50%, 80%; c at 80%`` (methods sharing their rates together)."""
+    rates: dict[str, list[float]] = {}
+    for method, rate in cells:
+        rates.setdefault(method, []).append(rate)
+    groups: dict[tuple[float, ...], list[str]] = {}
+    for method, found in rates.items():
+        groups.setdefault(tuple(found), []).append(method)
+    return "; ".join(f"{', '.join(methods)} at {', '.join(map(rate_label, key))}" for key, methods in groups.items())
+
+
+def is_synthetic(dataset: str) -> bool:
+    """Whether ``dataset`` (a results label such as ``shapes`` or ``shapes-s10000``) is the
+    embedded synthetic benchmark, generated rather than read from a paper's files."""
+    base = re.sub(r"-s\d+$", "", dataset)
+    loader = DATASETS.get(base) if base in DATASETS else None
+    return isinstance(loader, ShapesLoader) or (isinstance(loader, type) and issubclass(loader, ShapesLoader))

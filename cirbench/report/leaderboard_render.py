@@ -10,9 +10,13 @@ from typing import Callable
 
 import pandas as pd
 
-from cirbench.report.leaderboard import BEST, BETTER, TIED, UNSEPARATED, WORSE, LeaderCell, Leaderboard, LeaderRow
+from cirbench.report.leaderboard import (
+    BEST, BETTER, BOUND_ROW, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE, ZERO_SHOT, LeaderCell,
+    Leaderboard, LeaderRow, Stat,
+)
 from cirbench.report.load import COLLAPSE_MARK, TOLD_RATE
-from cirbench.report.tables import format_mean, rate_label
+from cirbench.report.tables import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
 MARKS: dict[str, str] = {BETTER: "▲", WORSE: "▼", UNSEPARATED: "○"}
@@ -25,26 +29,35 @@ def _shows_recall(board: Leaderboard) -> bool:
     return bool(board.recall) and board.recall != board.metric
 
 
+def _start_text(board: Leaderboard) -> str:
+    """``zero_shot``'s values of the board's columns, e.g. `` (47.10 · 63.20)``."""
+    values = [board.metric_start] + ([board.start] if _shows_recall(board) else [])
+    shown = [f"{v:.2f}" for v in values if math.isfinite(v)]
+    return f" ({' · '.join(shown)})" if shown else ""
+
+
 def legend(board: Leaderboard) -> str:
     """The lines above the table: what each cell holds, at which epoch, and every mark (Markdown)."""
     pair = f"**{board.metric}** (left) and {board.recall} (right)" if _shows_recall(board) else f"**{board.metric}**"
-    start = f" ({board.start:.2f})" if math.isfinite(board.start) else ""
     return (
-        f"Each cell: {pair}, percent, mean ± std over seeds {','.join(map(str, board.seeds))}, {board.epochs}. "
+        f"Each cell: {pair}, {ON_VALIDATION}, percent, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+        f"{board.epochs}. "
         f"Beside {board.metric}, its paired comparison with `{board.baseline}` at that noise rate by the claims' rule (both 95% "
         f"intervals, over seeds and over queries, on one side of 0): {MARKS[BETTER]} better, {MARKS[WORSE]} worse, "
         f"{MARKS[UNSEPARATED]} inconclusive. **Bold**: the best of its column, ahead of every other ranked method by "
-        "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead). "
-        f"{BELOW_START_MARK} {board.recall} below `zero_shot`'s{start}: a fine-tune that ends below where it began. "
-        f"{COLLAPSE_MARK} collapsed on a seed. The perfect filter, the bound and the reference rows are never ranked."
+        "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead); the other tables "
+        "mark no lead this way. "
+        f"{BELOW_START_MARK} after a number: below `zero_shot`'s{_start_text(board)}, a fine-tune that ends below where "
+        f"it began. {COLLAPSE_MARK} collapsed on a seed. The perfect filter, the bound and the reference rows are never "
+        "ranked."
         + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
            "information real data does not come with." if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
 
 
 def metric_text(cell: LeaderCell) -> str:
-    """The claims' metric of a cell, e.g. ``41.74 ± 1.00``."""
-    return format_mean(cell.metric.mean, cell.metric.std, cell.metric.n)
+    """The claims' metric of a cell, e.g. ``41.74 ± 1.00``, with :data:`BELOW_START_MARK` when below ``zero_shot``'s."""
+    return format_mean(cell.metric.mean, cell.metric.std, cell.metric.n) + (BELOW_START_MARK if cell.metric_below_start else "")
 
 
 def recall_text(cell: LeaderCell) -> str:
@@ -89,12 +102,16 @@ def _row_html(row: LeaderRow, board: Leaderboard) -> str:
 def leaderboard_html(board: Leaderboard) -> str:
     """The leaderboard as an HTML table (the legend is rendered by the page)."""
     width = 2 if _shows_recall(board) else 1
-    head = '<th>Method</th>' + "".join(f'<th colspan="{width}">{html.escape(rate_label(r))}</th>' for r in board.rates)
+    head = '<tr><th rowspan="2">Method</th>' + "".join(
+        f'<th colspan="{width}">{html.escape(rate_label(r))} noise</th>' for r in board.rates) + "</tr>"
+    names = [board.metric, board.recall][:width]
+    head += '<tr class="sub">' + "".join(f'<th class="{"m" if i == 0 else "r"}">{html.escape(n)}</th>'
+                                         for _ in board.rates for i, n in enumerate(names)) + "</tr>"
     body = [_row_html(r, board) for r in board.ranked]
     if board.unranked:
         body.append(f'<tr class="unranked-title"><td colspan="{1 + width * len(board.rates)}">{html.escape(UNRANKED_TITLE)}</td></tr>')
         body += [_row_html(r, board) for r in board.unranked]
-    return f'<table class="leaderboard"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return f'<table class="leaderboard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
 
 
 def _md_emphasis(text: str, lead: str) -> str:
@@ -103,7 +120,9 @@ def _md_emphasis(text: str, lead: str) -> str:
 
 def leaderboard_markdown(board: Leaderboard) -> str:
     """The leaderboard as a Markdown table, one column per noise rate (both numbers in it)."""
-    lines = ["| Method | " + " | ".join(rate_label(r) for r in board.rates) + " |", "|:--|" + "--:|" * len(board.rates)]
+    names = " · ".join([board.metric, board.recall][: 2 if _shows_recall(board) else 1])
+    lines = ["| Method | " + " | ".join(f"{rate_label(r)} noise: {names}" for r in board.rates) + " |",
+             "|:--|" + "--:|" * len(board.rates)]
 
     def line(row: LeaderRow) -> str:
         if row.span is not None:
@@ -137,6 +156,8 @@ def leaderboard_tex(board: Leaderboard) -> str:
     out = ["% " + line for line in textwrap.wrap(legend_lines, 100)]
     out += [r"\begin{tabular}{l" + "r" * (width * len(board.rates)) + "}", r"\toprule"]
     out.append("Method & " + " & ".join(rf"\multicolumn{{{width}}}{{c}}{{{_tex(rate_label(r))}}}" for r in board.rates) + r" \\")
+    if width == 2:
+        out.append(" & " + " & ".join(f"{_tex(board.metric)} & {_tex(board.recall)}" for _ in board.rates) + r" \\")
     out.append(r"\midrule")
 
     def emphasis(text: str, lead: str) -> str:
@@ -171,5 +192,43 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
                 "recall": board.recall, "recall_mean": cell.recall.mean, "recall_std": cell.recall.std,
                 "n_seeds": cell.metric.n, f"vs_{board.baseline}": cell.versus, "lead": cell.lead,
                 "below_zero_shot": cell.below_start, "collapsed": cell.collapsed, "rule": board.rule,
+                "metric_below_zero_shot": cell.metric_below_start,
             })
     return pd.DataFrame.from_records(records)
+
+
+def board_from_frame(frame: pd.DataFrame, seeds: list[int]) -> Leaderboard:
+    """The leaderboard a ``leaderboard.csv`` holds (:func:`leaderboard_frame`'s inverse, enough
+    to render it), over ``seeds`` (which the file counts but does not name): what the README's block shows of a committed report. A file written before
+    the claims' metric was marked below ``zero_shot`` gets that mark from its ``zero_shot`` row."""
+    first = frame.iloc[0]
+    versus = next((c for c in frame.columns if c.startswith("vs_")), "vs_")
+    start = frame[(frame.kind == REFERENCE_ROW) & (frame.method == ZERO_SHOT)]
+    starts = (float(start.metric_mean.iloc[0]), float(start.recall_mean.iloc[0])) if len(start) else (math.nan, math.nan)
+
+    def text(value: object) -> str:
+        return "" if pd.isna(value) else str(value)
+
+    def cell(row) -> LeaderCell:
+        below = getattr(row, "metric_below_zero_shot", math.nan)
+        cell = LeaderCell(Stat(float(row.metric_mean), float(row.metric_std), int(row.n_seeds)),
+                          Stat(float(row.recall_mean), float(row.recall_std), int(row.n_seeds)),
+                          text(getattr(row, versus, "")), text(row.lead), bool(row.below_zero_shot), bool(row.collapsed))
+        cell.metric_below_start = (bool(below) if not pd.isna(below)
+                                   else row.kind != REFERENCE_ROW and cell.metric.mean < starts[0])
+        return cell
+
+    rows: dict[tuple[str, str], LeaderRow] = {}
+    for row in frame.itertuples(index=False):
+        key = (str(row.kind), str(row.label))
+        if key not in rows:
+            rows[key] = LeaderRow(str(row.kind), str(row.method), str(row.label))
+        if row.kind in (BOUND_ROW, REFERENCE_ROW):
+            rows[key].span = cell(row)
+        else:
+            rows[key].cells[float(row.noise_rate)] = cell(row)
+    rates = sorted({float(r) for r in frame.loc[frame.kind.isin([RANKED, PERFECT_FILTER]), "noise_rate"]})
+    rule = str(first["rule"])
+    epochs = CLAIMS_EPOCH if rule == DEFAULT_RULE else f"at the epoch the `{rule}` rule selects"
+    return Leaderboard(str(first.metric), text(first.recall), rates, list(rows.values()), rule, epochs, seeds, starts[1],
+                       versus[3:], starts[0])

@@ -96,6 +96,7 @@ def render_markdown(content: ReportContent, output: Path) -> str:
     for section in content.sections:
         if section.leaderboard is not None:
             parts_out += _heading(2, leaderboard_anchor(section), leaderboard_title(section))
+            parts_out += [*(f"{line}\n" for line in section.context)]
             parts_out += [legend(section.leaderboard), "", leaderboard_markdown(section.leaderboard), ""]
     parts_out += _heading(2, CONTENTS_ANCHOR, CONTENTS_TITLE) + _contents_markdown(contents(content)) + [""]
     for section in content.sections:

@@ -2,10 +2,11 @@
 markers that ``cirbench report --readme README.md`` (or a study's ``readme``) rewrites from
 the report it has just written, so a regenerated report updates what the README shows.
 
-Per setting of the report: R@10 at the last epoch, mean ± std over seeds, of every compared
-method at every noise rate (from the setting's ``final_metrics.csv``), the perfect filter's
-room to win at each noise rate (:mod:`cirbench.report.room`, the report's own wording), and
-the verdict counts of the papers' claims (read from ``report.md``, where they are computed).
+Per setting of the report: the leaderboard itself (its ``leaderboard.csv``: the claims'
+metric with its marks and R@10 beside it, at the epoch the claims read, in percent), the
+perfect filter's room to win at each noise rate at that epoch (from ``selected_metrics.csv``;
+:mod:`cirbench.report.room`, the report's own wording, in percent and points), and the verdict
+counts of the papers' claims (read from ``report.md``, where they are computed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.cells_csv import FINAL_METRICS_FILE, read_final_metrics
+from cirbench.report.cells_csv import SELECTED_METRICS_FILE, read_final_metrics
+from cirbench.report.leaderboard_render import LEADERBOARD_FILES, board_from_frame, leaderboard_markdown, legend
 from cirbench.report.room import room_line, room_to_win
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.metrics import RECALL
@@ -30,34 +32,6 @@ VERDICTS = re.compile(r"\*\*(Verdicts of \d+ claims: [^*]+)\.\*\*")
 
 class ReadmeError(ValueError):
     """A README without the two markers of the generated block, or a report without its tables."""
-
-
-def _order(methods: list[str], oracles: set[str], baseline: str) -> list[str]:
-    """The baseline first, perfect filters last, the others by name (the report's order)."""
-    return sorted(methods, key=lambda m: (m in oracles, m != baseline, m))
-
-
-def _recall_table(cells: pd.DataFrame) -> list[str]:
-    """The Markdown table: one row per compared method (no ablation row, no sweep trial); the
-    baseline and the perfect filter by role (:func:`~cirbench.results.roles.role_method`: the
-    table's ``role`` column, the legacy roles without it)."""
-    compared = cells[~cells.method.str.contains(":")]
-    stats = compared.groupby(["method", "noise_rate"])[METRIC].agg(["mean", "std"])
-    rates = sorted(compared.noise_rate.unique())
-    baseline = role_method(compared, BASELINE)
-    oracles = {role_method(compared, PERFECT_FILTER)} & set(compared.method)
-    lines = ["| method | " + " | ".join(f"{r:.0%} noise" for r in rates) + " |", "|:--|" + "--:|" * len(rates)]
-    for method in _order(list(compared.method.unique()), oracles, baseline):
-        row = []
-        for rate in rates:
-            if (method, rate) in stats.index:
-                mean, std = stats.loc[(method, rate)]
-                row.append(f"{mean:.3f} ± {std:.3f}" if pd.notna(std) else f"{mean:.3f}")
-            else:
-                row.append(f"= `{baseline}`" if method in oracles and rate == 0 else "-")
-        name = f"`{method}` (perfect filter)" if method in oracles else f"`{method}`"
-        lines.append(f"| {name} | " + " | ".join(row) + " |")
-    return lines
 
 
 def _room_lines(cells: pd.DataFrame) -> list[str]:
@@ -78,26 +52,38 @@ def _verdicts(report_md: str, cells: pd.DataFrame) -> str:
     return found[1] if found else ""
 
 
+def _read(report_dir: Path) -> tuple[str, list[tuple[Path, pd.DataFrame, pd.DataFrame]]]:
+    """``report.md`` and per setting its folder, cells at the claims' epoch and leaderboard."""
+    try:
+        report_md = (report_dir / "report.md").read_text(encoding="utf-8")
+        settings = []
+        for file in sorted(report_dir.glob(f"*/{SELECTED_METRICS_FILE}")):
+            board = file.parent / LEADERBOARD_FILES[0]
+            settings.append((file.parent, read_final_metrics(file), pd.read_csv(board)))
+    except (OSError, ValueError) as exc:
+        raise ReadmeError(f"{report_dir}: no report to show in the README ({exc})") from None
+    if not settings:
+        raise ReadmeError(f"{report_dir}: no report to show in the README (no */{SELECTED_METRICS_FILE})")
+    return report_md, settings
+
+
 def results_block(report_dir: Path, readme_dir: Path) -> str:
     """The generated block (markers included) for a README in ``readme_dir`` from the report
     in ``report_dir``; :class:`ReadmeError` when the report lacks its tables."""
     report_dir = Path(report_dir)
-    try:
-        report_md = (report_dir / "report.md").read_text(encoding="utf-8")
-        table = read_final_metrics(report_dir)
-    except (OSError, ValueError) as exc:
-        raise ReadmeError(f"{report_dir}: no report to show in the README ({exc})") from None
+    report_md, settings = _read(report_dir)
     link = Path(os.path.relpath(report_dir, readme_dir)).as_posix()
     lines = [BEGIN]
-    for (dataset, backbone, protocol), cells in table.groupby(["dataset", "backbone", "noise_protocol"], sort=True):
-        seeds = ",".join(str(s) for s in sorted(cells.seed.unique()))
-        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{dataset}_{backbone}_{protocol}")
-        lines += ["", f"**{dataset}, `{backbone}`, {protocol} noise**: R@10 at the last epoch, mean ± std over seeds "
-                      f"{seeds} ([{link}/{slug}/{FINAL_METRICS_FILE}]({link}/{slug}/{FINAL_METRICS_FILE})).", ""]
-        lines += _recall_table(cells)
+    for folder, cells, frame in settings:
+        first = cells.iloc[0]
+        seeds = sorted(int(s) for s in cells.seed.unique())
+        board = board_from_frame(frame, seeds)
+        where = f"{link}/{folder.name}/{LEADERBOARD_FILES[0]}"
+        lines += ["", f"**{first.dataset}, `{first.backbone}`, {first.noise_protocol} noise**: the report's leaderboard "
+                      f"([{where}]({where})).", "", legend(board), "", leaderboard_markdown(board)]
         room = _room_lines(cells)
         if room:
-            lines += ["", "Room to win (what a method that only removes noise can reach here):", "", *room]
+            lines += ["", "Room to win (what a method that only removes noise can reach here, at the same epochs):", "", *room]
         verdicts = _verdicts(report_md, cells)
         if verdicts:
             lines += ["", f"The papers' claims ([{link}/report.md]({link}/report.md)): {verdicts}."]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.load import Setting
-from cirbench.report.tables import Cell, TableModel, format_mean, run_columns, seed_stats, summarize, wide_columns
+from cirbench.report.tables import (
+    CLAIMS_EPOCH, ON_VALIDATION, Cell, TableModel, format_mean, run_columns, seed_stats, summarize, wide_columns,
+)
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 from cirbench.results.roles import BASELINE
 
@@ -79,5 +81,5 @@ def reference_table(setting: Setting) -> TableModel | None:
         rows.append(("ref" if i == 0 else "", name, cells))
     note = ("Not fine-tuned: zero_shot is the starting model, text_blind ranks by the reference image alone, text_only "
             "by the text alone (the starting model's features). The bound is the baseline trained on the uncorrupted "
-            "triplets. None of these is ranked.")
+            f"triplets, read {CLAIMS_EPOCH}. {ON_VALIDATION.capitalize()} (%). None of these is ranked.")
     return TableModel("Reference rows", columns, rows, note)

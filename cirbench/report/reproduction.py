@@ -16,7 +16,7 @@ import pandas as pd
 
 from cirbench.report.load import Setting
 from cirbench.report.published import METRICS, load_published
-from cirbench.report.tables import Cell, TableModel, collapse_note, rate_label, run_columns, summarize, validation_split
+from cirbench.report.tables import CLAIMS_EPOCH, Cell, TableModel, collapse_note, rate_label, run_columns, summarize, validation_split
 
 
 def dataset_family(dataset: str) -> str:
@@ -88,7 +88,7 @@ def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) 
     if setting.noise_protocol != "thirds" and any(ref.noise_rate > 0 for ref in shown.values()):
         notes.append(f"Noise protocol differs: measured {setting.noise_protocol}, the papers' noisy rows use thirds (TME).")
     note = (
-        f"Percent; measured rows are the final-epoch mean over seeds on split {split} "
+        f"Percent; measured rows are the mean over seeds on split {split} {CLAIMS_EPOCH} "
         f"(protocol {', '.join(sorted(protocols)) or 'unknown'}, backbone {setting.backbone}; ConeSep and HUG "
         "train on BLIP-2); gap = measured - published, in points. " + " ".join(notes) + collapse_note(setting, measured)
     )

@@ -28,10 +28,11 @@ from cirbench.report.published import load_published
 
 PUBLISHED = read_published()
 ROOM_TITLE = "How much there is to win"
-ROOM_INTRO = (f"The share of `{PUBLISHED.baseline}`'s loss under noise (R@10 at 0% minus at the rate, last epoch) that "
-              "the perfect filter, trained on the truly clean triplets only, wins back: what a method that only removes "
-              f"noise can reach here, beside what the papers' robust methods win back over {PUBLISHED.baseline_row} "
-              "(ConeSep Tables 1-2). Read every 'does not hold' under noise against it.")
+ROOM_INTRO = (f"The share of `{PUBLISHED.baseline}`'s loss under noise (its R@10 at 0% minus at the rate, in percent, "
+              "read at each run's held-out-selected epoch (the claims' rule)) that the perfect filter, trained on the truly "
+              "clean triplets only, wins back, and its gap in percentage points: what a method that only removes noise can "
+              f"reach here, beside what the papers' robust methods win back over {PUBLISHED.baseline_row} (ConeSep Tables "
+              "1-2). Read every 'does not hold' under noise against it.")
 PAPER_SOURCE = "ConeSep paper"
 """The published tables with noise rates (ConeSep Tables 1-2; HUG's have no injected noise)."""
 PAPER_RECALL: dict[str, str] = {"fashioniq": "Avg R@10", "cirr": "R@10"}
@@ -48,6 +49,16 @@ class PaperShare:
     rate: float
     share: float  # of the baseline's loss, (method - baseline) / (baseline at 0% - baseline)
     gain: float  # method - baseline, recall in [0, 1]
+
+
+def percent(share: float) -> str:
+    """A share as the report prints it, in percent: ``0.861`` -> ``86%``."""
+    return f"{100 * share:.0f}%"
+
+
+def points(difference: float) -> str:
+    """A difference of recalls (fractions) in percentage points, signed: ``0.113`` -> ``+11.3``."""
+    return f"{100 * difference:+.1f}"
 
 
 def won_back(clean: float, noisy: float, method: float) -> float:
@@ -87,9 +98,10 @@ def paper_shares(published: pd.DataFrame | None = None) -> list[PaperShare]:
     return shares
 
 
-def paper_range(rate: float, shares: list[PaperShare] | None = None) -> str:
-    """The papers' won-back shares and gains at ``rate`` as text, e.g. ``FashionIQ: won back
-    0.62-0.74, gain +0.13-+0.16; CIRR: ...``; empty when no paper reports the rate."""
+def paper_range(rate: float, shares: list[PaperShare] | None = None, fractions: bool = False) -> str:
+    """The papers' won-back shares (percent) and gains (points) at ``rate`` as text, e.g.
+    ``FashionIQ 62%-74% (gain +13.0 to +16.0 points, ...); CIRR ...``; empty when no paper reports the rate.
+    ``fractions``: as the calibration's checks read, ``FashionIQ 0.62-0.74 (gain +0.13 to +0.16, ...)``."""
     shares = paper_shares() if shares is None else shares
     parts = []
     for dataset in PAPER_RECALL:
@@ -98,7 +110,9 @@ def paper_range(rate: float, shares: list[PaperShare] | None = None) -> str:
             low, high = min(s.share for s in here), max(s.share for s in here)
             gain_low, gain_high = min(s.gain for s in here), max(s.gain for s in here)
             name = "FashionIQ" if dataset == "fashioniq" else "CIRR"
-            parts.append(f"{name} {low:.2f}-{high:.2f} (gain {gain_low:+.2f} to {gain_high:+.2f}, "
+            span = (f"{low:.2f}-{high:.2f} (gain {gain_low:+.2f} to {gain_high:+.2f}" if fractions else
+                    f"{percent(low)}-{percent(high)} (gain {points(gain_low)} to {points(gain_high)} points")
+            parts.append(f"{name} {span}, "
                          f"{', '.join(s.method for s in sorted(here, key=lambda s: s.share))})")
     return "; ".join(parts)
 
@@ -143,11 +157,11 @@ def room_to_win(per_seed: Mapping[str, dict[float, pd.Series]], rate: float) -> 
 
 
 def room_line(room: RoomToWin, label: str = "R@10", baseline: str | None = None) -> str:
-    """One line for a report: the perfect filter's share and gap at the rate beside the
-    papers' (``baseline``: the results' baseline, by default the papers')."""
-    seeds = ", ".join(f"{v:.2f}" for v in room.shares.values())
+    """One line for a report: the perfect filter's share (percent) and gap (percentage points)
+    at the rate beside the papers' (``baseline``: the results' baseline, by default the papers')."""
+    seeds = ", ".join(percent(v) for v in room.shares.values())
     papers = paper_range(room.rate)
     baseline = baseline or PUBLISHED.baseline
-    text = (f"{room.rate:.0%} noise: the perfect filter wins back {room.share:.2f} of `{baseline}`'s {label} loss "
-            f"(per seed {seeds}), a gap of {room.gap:+.3f}")
+    text = (f"{room.rate:.0%} noise: the perfect filter wins back {percent(room.share)} of `{baseline}`'s {label} loss "
+            f"(per seed {seeds}), a gap of {points(room.gap)} points")
     return text + (f"; the papers' robust methods win back {papers}" if papers else "; no paper reports this rate")

@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from cirbench.report.load import Setting
-from cirbench.report.tables import (
-    Cell, TableModel, collapse_note, format_mean, rate_label, seed_stats, validation_metrics,
+from cirbench.report.tables import (  # noqa: F401  (CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION re-exported)
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, Cell, TableModel, collapse_note, format_mean, rate_label, seed_stats,
+    validation_metrics,
 )
 from cirbench.results.selection import RULES
 
@@ -48,7 +49,8 @@ def selection_table(setting: Setting) -> TableModel | None:
         return None
     held = int(setting.runs.n_holdout.gt(0).sum())
     note = (
-        "Validation headline (%) at the epoch each rule selects, mean ± std over seeds: final = the last epoch; "
+        "This table compares the selection rules; every other part of the report reads the holdout rule (the claims'). "
+        f"Validation headline (%, {ON_VALIDATION}) at the epoch each rule selects, mean ± std over seeds: final = the last epoch; "
         "holdout = the best epoch on the held-out noisy training triplets (no clean data, no reported query read); "
         "val_peek = the best epoch on the reported validation queries, the releases' practice, optimistic by "
         "construction. The inflation columns are mean differences in percentage points. "

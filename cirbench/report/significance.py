@@ -40,7 +40,7 @@ HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconcl
 VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN)
 LEVEL = 0.95
 NON_INFERIORITY = -0.01
-"""The threshold of "loses no more than a point" (metrics are fractions)."""
+"""The threshold of "loses no more than a point" (metrics are fractions; the report prints it as -1 point)."""
 
 Interval = tuple[float, float]
 Resampler = Callable[[list[str]], "np.ndarray | None"]
@@ -77,19 +77,25 @@ class Comparison:
     bootstrap_over: str = "queries"
 
     def numbers(self) -> str:
-        """The estimate and its intervals in one line, e.g.
-        ``+0.052; seeds 0,1,2: [+0.031, +0.070]; queries: [+0.041, +0.063]``."""
+        """The estimate and its intervals in one line, in percentage points (the values are
+        fractions), e.g. ``+5.2 points; seeds 0,1,2: [+3.1, +7.0]; queries: [+4.1, +6.3]``."""
         if self.verdict == NOT_RUN:
             return self.note
-        parts = [f"{self.mean:+.3f}"]
+        parts = [f"{to_points(self.mean)} points"]
         seeds = ",".join(str(s) for s in self.seeds)
         parts.append(f"seeds {seeds}: " + (_interval(self.seed_interval) if self.seed_interval else "no interval (one seed)"))
         parts.append(f"{self.bootstrap_over}: " + (_interval(self.bootstrap_interval) if self.bootstrap_interval else "-"))
         return "; ".join(parts) + (f" ({self.note})" if self.note else "")
 
 
+def to_points(value: float) -> str:
+    """A difference of fractions in signed percentage points: ``0.0523`` -> ``+5.2``; two decimals below a tenth of a point."""
+    points = 100 * value
+    return f"{points:+.2f}" if 0 < abs(points) < 0.1 else f"{points:+.1f}"
+
+
 def _interval(interval: Interval) -> str:
-    return f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+    return f"[{to_points(interval[0])}, {to_points(interval[1])}]"
 
 
 def seed_interval(values: Sequence[float], level: float = LEVEL) -> Interval | None:

@@ -1,7 +1,7 @@
 """The comparison tables in the layout of the ConeSep paper's Tables 1-2: rows are methods
 within a noise rate, columns the recall metrics plus the papers' average columns, cells
-mean +- std over seeds in percent, the best of each column and rate in bold and the second
-underlined; then each method's gain over the baseline (the method whose role is ``baseline``)
+mean +- std over seeds in percent, the highest mean of each column and rate marked (a mark of
+its own: bold and underline are the leaderboard's tested leads); then each method's gain over the baseline (the method whose role is ``baseline``)
 and the kept-set purity per method.
 
 Oracle methods (which saw the ground-truth flags) are shown but never ranked: they are a
@@ -24,9 +24,26 @@ from cirbench.results.headline import (  # noqa: F401  (re-exported: the report'
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 
+CLAIMS_EPOCH = "at each run's held-out-selected epoch (the claims' rule)"
+"""How every table, figure and line of the report that reads recall says which epoch it read,
+in these words (:func:`~cirbench.report.selection.rule_view` under the default rule; a run
+without a held-out split is read at its last epoch, which the leaderboard counts); a part that reads another epoch
+says so with :data:`LAST_EPOCH` or, like the model selection table, names its rules."""
+LAST_EPOCH = "at each run's last epoch"
+"""How a part that reads the last epoch says so: the kept sets and noise scores, which the
+claims read there too, and the cells' table ``final_metrics.csv``."""
+ON_VALIDATION = "recall on the validation queries"
+"""What the recall numbers are: never the held-out noisy triplets, which only pick the epoch."""
+TOP_MARK = "•"
+"""The other tables' one mark: the highest mean of its column at a noise rate, tested against
+nothing. Bold and underline belong to the leaderboard, where they are the claims' verdicts."""
+TOP_NOTE = (f"{TOP_MARK} the highest mean of its column at that noise rate (no test: the leaderboard's bold and "
+            "underline say which leads are more than seed and query noise)")
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One rendered table cell; ``rank`` 1 is best (bold), 2 second (underlined), 0 neither."""
+    """One rendered table cell; ``rank`` 1: the highest mean of its column (:data:`TOP_MARK`), 0 not marked."""
 
     text: str
     rank: int = 0
@@ -79,13 +96,12 @@ def seed_stats(grouped) -> pd.DataFrame:
 
 
 def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
-    """Dense ranks 1 and 2 of the higher-is-better ``values`` at display precision."""
+    """Rank 1 for the highest of the higher-is-better ``values`` at display precision (ties share it)."""
     shown = {m: round(v, 2) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
-    distinct = sorted(set(shown.values()), reverse=True)
     if len(shown) < 2:
         return {}
-    top = distinct[:2]
-    return {m: top.index(v) + 1 for m, v in shown.items() if v in top}
+    top = max(shown.values())
+    return {m: 1 for m, v in shown.items() if v == top}
 
 
 def format_mean(mean: float, std: float, n: int) -> str:
@@ -122,7 +138,7 @@ def _ranked_table(
     title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
     unranked: frozenset[str] = frozenset(), kept_sets: bool = False,
 ) -> TableModel:
-    """Rows method within noise rate from :func:`summarize` output, best/second marked per
+    """Rows method within noise rate from :func:`summarize` output, the highest mean marked per
     column and rate (oracles and ``unranked`` columns never marked); with ``kept_sets`` the
     rows whose kept set is below chance are marked too."""
     rows, shown = [], []
@@ -146,15 +162,16 @@ def _ranked_table(
 
 
 def recall_table(setting: Setting) -> TableModel | None:
-    """Tables 1-2 of the ConeSep paper for this setting (final epoch, percent)."""
+    """Tables 1-2 of the ConeSep paper for this setting (percent), at each run's last epoch of
+    ``setting`` as given: the report gives it the view at the claims' epoch (:data:`CLAIMS_EPOCH`)."""
     per_run = run_columns(setting)
     columns = list(per_run.columns)
     if not columns:
         return None
     stats = summarize(setting, per_run)
     note = (
-        "Final-epoch validation recall (%), mean ± std over seeds; best per noise rate in bold, "
-        f"second underlined; {setting.role(PERFECT_FILTER)} rows are not ranked."
+        f"{ON_VALIDATION.capitalize()} (%) {CLAIMS_EPOCH}, mean ± std over seeds; {TOP_NOTE}; "
+        f"{setting.role(PERFECT_FILTER)} rows are not marked."
     )
     return _ranked_table("Retrieval", stats, columns, setting, note)
 
@@ -182,8 +199,9 @@ def ablation_table(setting: Setting) -> TableModel | None:
                 cells = [Cell(format_mean(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
                 rows.append((rate_label(rate) if i == 0 else "", f"{method}{setting.collapse_mark(method, rate)}", cells))
                 cells_shown.append((method, rate))
-    note = (f"{column} (%), mean ± std over seeds; the difference is to the full method at the same rate. "
-            "The claims section gives the intervals." + collapse_note(setting, cells_shown))
+    note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over seeds; the difference is to the full "
+            "method at the same rate, in percentage points. The claims section gives the intervals."
+            + collapse_note(setting, cells_shown))
     return TableModel("Ablations", [column, "vs full"], rows, note)
 
 
@@ -202,12 +220,13 @@ def gain_table(setting: Setting) -> TableModel | None:
         others = [m for m in setting.methods if m in block.index and m != baseline]
         for i, method in enumerate(others):
             diff = block.loc[method, columns] - block.loc[baseline, columns]
-            cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}", 1 if d > 0.005 else 0) for d in diff]
+            cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}") for d in diff]
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
         shown += [(m, rate) for m in (baseline, *others)]
     if not rows:
         return None
-    note = f"Mean difference to {baseline} in percentage points; positive gains in bold." + collapse_note(setting, shown)
+    note = (f"Mean difference to {baseline} in percentage points of {ON_VALIDATION} {CLAIMS_EPOCH}; the leaderboard "
+            "and the claims say which differences are more than seed and query noise." + collapse_note(setting, shown))
     return TableModel(f"Gain over {baseline}", columns, rows, note)
 
 
@@ -256,10 +275,11 @@ def purity_table(setting: Setting) -> TableModel | None:
     if stats.empty:
         return None
     note = (
-        "Final epoch, percent. Purity: truly clean share of the kept (selected-clean) set; Kept: its share of "
+        f"The kept sets {LAST_EPOCH} (where a method's kept set is final; the claims read purity there too), "
+        "percent. Purity: truly clean share of the kept (selected-clean) set; Kept: its share of "
         "the training set; Clean kept: share of clean samples kept; Noise caught: share of noisy samples not kept, "
         "overall and per noise type; AUROC of the noise score (x100). '-' where a method does not partition or score; "
-        "best in bold and second underlined (Kept is not ranked)."
+        f"{TOP_NOTE} (Kept is not marked)."
     )
     return _ranked_table(
         "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note,
@@ -286,9 +306,9 @@ def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
 
 
 def to_markdown(table: TableModel) -> str:
-    """A GitHub-flavoured Markdown table: best ``**bold**``, second ``<u>underlined</u>``."""
+    """A GitHub-flavoured Markdown table, the highest mean followed by :data:`TOP_MARK`."""
     def mark(cell: Cell) -> str:
-        return f"**{cell.text}**" if cell.rank == 1 else f"<u>{cell.text}</u>" if cell.rank == 2 else cell.text
+        return f"{cell.text} {TOP_MARK}" if cell.rank == 1 else cell.text
 
     header = ["Noise", "Method", *table.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":--", ":--"] + ["--:"] * len(table.columns)) + "|"]
@@ -298,10 +318,10 @@ def to_markdown(table: TableModel) -> str:
 
 
 def to_html(table: TableModel) -> str:
-    """An HTML table: best in ``<b>``, second in ``<u>``, the noise rate spanning its rows."""
+    """An HTML table, the highest mean followed by :data:`TOP_MARK`, the noise rate spanning its rows."""
     def mark(cell: Cell) -> str:
         text = html.escape(cell.text)
-        return f"<b>{text}</b>" if cell.rank == 1 else f"<u>{text}</u>" if cell.rank == 2 else text
+        return f'{text}<span class="top">{TOP_MARK}</span>' if cell.rank == 1 else text
 
     spans, current = [], None
     for noise, _, _ in table.rows:
@@ -320,7 +340,8 @@ def to_html(table: TableModel) -> str:
         row_class = ' class="block-start"' if noise else ""
         tds = "".join(f"<td>{mark(c)}</td>" for c in cells)
         body.append(f"<tr{row_class}>{first}<td class=\"method\">{html.escape(method)}</td>{tds}</tr>")
-    return f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="wide"><table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+            "</table></div>")
 
 
 def flagged_shares(setting: Setting) -> dict[float, dict[str, float]]:

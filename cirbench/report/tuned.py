@@ -14,7 +14,7 @@ import pandas as pd
 
 from cirbench.report.load import Setting
 from cirbench.results.labels import TRIAL_LABEL
-from cirbench.report.tables import Cell, TableModel, format_mean, rate_label
+from cirbench.report.tables import CLAIMS_EPOCH, ON_VALIDATION, Cell, TableModel, format_mean, rate_label
 from cirbench.results.selection import headline_by_epoch
 
 
@@ -93,7 +93,14 @@ def tuned_table(setting: Setting) -> TableModel | None:
     trials = selected.groupby("method").size()
     runs = sweep_runs(setting)
     budget = sorted(set(runs.groupby("base").trial.nunique().reindex(trials.index)))
-    note = (f"A sweep of {'/'.join(str(b) for b in budget)} trial(s) per method (trial 0 = the defaults; `cirbench sweep`). "
-            "Each trial is read at its holdout-selected epoch; per method, rate and seed the trial with the best held-out "
-            "headline is kept. Validation headline (%), mean ± std over seeds; the picks name what each changed.")
-    return TableModel("Tuned (equal budget, holdout selection)", ["defaults (trial 0)", "tuned", "gain", "selected"], rows, note)
+    seeds = sorted({int(s) for s in selected.seed})
+    spread = (f"mean ± std over seeds {','.join(map(str, seeds))}" if len(seeds) > 1
+              else f"seed {seeds[0]} only (one seed: no spread, no test)")
+    left_out = [m for m in setting.methods if m not in set(selected.method)]
+    note = (f"A sweep of {'/'.join(str(b) for b in budget)} trial(s) per method (trial 0 = the defaults; `cirbench sweep`) "
+            f"of {', '.join(sorted(trials.index))}" + (f"; not swept: {', '.join(left_out)}" if left_out else "") + ". "
+            f"Each trial is read {CLAIMS_EPOCH}; per method, rate and seed the trial with the best held-out headline is "
+            f"kept. Validation headline (%, {ON_VALIDATION}), {spread}; the gain is in percentage points; the picks name "
+            "what each changed.")
+    title = "Tuned (equal budget, holdout selection" + (f", seed {seeds[0]} only)" if len(seeds) == 1 else ")")
+    return TableModel(title, ["defaults (trial 0)", "tuned", "gain", "selected"], rows, note)
