@@ -23,7 +23,9 @@ from cirbench.report.render.leaderboard_render import leaderboard_html
 from cirbench.report.figures.palette import OKABE_ITO, ORACLE_STYLE
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.analysis.significance import HOLDS, Comparison
-from cirbench.report.tables.comparison import CLAIMS_EPOCH, LAST_EPOCH, TOP_MARK, format_mean, to_html, to_markdown
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, LAST_EPOCH, format_mean
+from cirbench.report.render.table_text import to_html, to_markdown
+from cirbench.report.tables.model import TOP_MARK
 from test_leaderboard import DECLINE, N_QUERIES, write_study
 
 RULE_TABLES = {"Model selection"}

@@ -85,7 +85,7 @@ def test_the_report_carries_the_ranks_of_completed_runs_and_old_results_load(min
 
 def test_the_headline_recomputed_by_the_query_bootstrap_equals_the_table(mini_results: Path) -> None:
     from cirbench.report.analysis.bootstrap import QueryBootstrap, rank_terms
-    from cirbench.report.tables.comparison import headline_column, run_columns
+    from cirbench.report.analysis.numbers import headline_column, run_columns
 
     (setting,) = load_results(mini_results).settings
     per_run = run_columns(setting)

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.tables.comparison import (
-    CIRR_AVG, FIQ_AVG, Cell, ablation_table, best_per_rate, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
-)
+from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, best_per_rate, flagged_shares, wide_columns
+from cirbench.report.render.table_text import to_html, to_markdown
+from cirbench.report.tables.comparison import ablation_table, recall_table
+from cirbench.report.tables.model import Cell
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
 from cirbench.results.summary import run_summary

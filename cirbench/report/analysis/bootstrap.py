@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from cirbench.report.tables.comparison import metric_groups
+from cirbench.report.analysis.numbers import metric_groups
 from cirbench.results.metrics import AVERAGES, RECALL_NAME
 
 N_RESAMPLES = 2000
@@ -54,7 +54,7 @@ def _rank_of(metric: str) -> tuple[str, int]:
 
 
 def rank_terms(column: str, metrics: pd.DataFrame) -> list[RankTerm]:
-    """A recall column of the report's tables (:func:`~cirbench.report.tables.comparison.wide_columns`)
+    """A recall column of the report's tables (:func:`~cirbench.report.analysis.numbers.wide_columns`)
     as a weighted sum of per-group hit rates, as a fraction (the tables print percent).
 
     An average of :data:`~cirbench.results.metrics.AVERAGES` weighs its parts as it is defined:

@@ -8,7 +8,7 @@ chance, a hypergeometric test per seed) with its own verdict, and the claim's ve
 combines them (:func:`~cirbench.report.analysis.significance.combine_verdicts`). A check whose cells
 (method, variant, noise rate or seeds) are not in the results is "not run", never an error.
 Recall is the setting's headline column, as the report's tables pick it
-(:func:`~cirbench.report.tables.comparison.headline_column`), as a fraction.
+(:func:`~cirbench.report.analysis.numbers.headline_column`), as a fraction.
 
 A check that reads a cell flagged collapsed on any seed (:mod:`cirbench.results.collapse`)
 is inconclusive whatever its intervals say, and names the cell: a collapse is a defect to
@@ -33,7 +33,7 @@ from cirbench.report.analysis.significance import (
     kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.report.analysis.selection import describe_rule, rule_view
-from cirbench.report.tables.comparison import headline_column, rate_label, run_columns
+from cirbench.report.analysis.numbers import headline_column, rate_label, run_columns
 from cirbench.results.roles import ROLES
 from cirbench.results.selection import DEFAULT_RULE, RULES
 from cirbench.results.store import MAIN_SCORE

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting
-from cirbench.report.tables.comparison import rate_label
+from cirbench.report.analysis.numbers import rate_label
 from cirbench.results.chance import KEPT_SET_ALPHA
 
 COLLAPSED_TITLE = "Collapsed cells"

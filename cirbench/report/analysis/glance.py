@@ -7,7 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
-from cirbench.report.tables.comparison import CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, best_per_rate, flagged_shares, rate_label
+from cirbench.report.analysis.numbers import (
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, best_per_rate, flagged_shares, rate_label,
+)
 
 
 def _best_purity(setting: Setting) -> list[str]:

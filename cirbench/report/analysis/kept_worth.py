@@ -35,7 +35,8 @@ from cirbench.report.render.leaderboard_render import MARKS
 from cirbench.report.analysis.load import COLLAPSE_MARK, Setting
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.analysis.significance import Term
-from cirbench.report.tables.comparison import Cell, TableModel, format_mean, headline_column, rate_label, run_columns
+from cirbench.report.analysis.numbers import format_mean, headline_column, rate_label, run_columns
+from cirbench.report.tables.model import Cell, TableModel
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 from cirbench.results.selection import DEFAULT_RULE

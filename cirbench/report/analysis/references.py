@@ -8,9 +8,10 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.analysis.load import Setting
-from cirbench.report.tables.comparison import (
-    CLAIMS_EPOCH, ON_VALIDATION, Cell, TableModel, format_mean, run_columns, seed_stats, summarize, wide_columns,
+from cirbench.report.analysis.numbers import (
+    CLAIMS_EPOCH, ON_VALIDATION, format_mean, run_columns, seed_stats, summarize, wide_columns,
 )
+from cirbench.report.tables.model import Cell, TableModel
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 from cirbench.results.roles import BASELINE
 

@@ -11,10 +11,8 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from cirbench.report.analysis.load import Setting
-from cirbench.report.tables.comparison import (  # noqa: F401  (CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION re-exported)
-    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, Cell, TableModel, collapse_note, format_mean, rate_label, seed_stats,
-    validation_metrics,
-)
+from cirbench.report.analysis.numbers import ON_VALIDATION, format_mean, rate_label, seed_stats, validation_metrics
+from cirbench.report.tables.model import Cell, TableModel, collapse_note
 from cirbench.results.selection import RULES
 
 RULE_LABELS: dict[str, str] = {"final": "final", "holdout": "holdout", "val_peek": "val_peek (optimistic)"}

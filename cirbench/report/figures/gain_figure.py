@@ -18,7 +18,7 @@ from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
 from cirbench.report.analysis.load import Setting
 from cirbench.report.figures.palette import method_styles
 from cirbench.report.analysis.selection import rule_view
-from cirbench.report.tables.comparison import CLAIMS_EPOCH, ON_VALIDATION, headline_column, rate_label, run_columns
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, headline_column, rate_label, run_columns
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 

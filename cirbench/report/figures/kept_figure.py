@@ -20,7 +20,8 @@ from cirbench.report.analysis.kept_worth import (
 )
 from cirbench.report.analysis.load import Setting, is_kept_set
 from cirbench.report.figures.palette import ORACLE_STYLE, method_styles
-from cirbench.report.tables.comparison import TableModel, rate_label
+from cirbench.report.analysis.numbers import rate_label
+from cirbench.report.tables.model import TableModel
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
 
 FRONTIER_KINDS = (BASELINE_POINT, FRONTIER, PERFECT_POINT)

@@ -26,7 +26,8 @@ from cirbench.report.analysis.references import reference_table
 from cirbench.report.tables.reproduction import reproduction_table
 from cirbench.report.analysis.selection import rule_view, selection_table
 from cirbench.report.tables.tuned import tuned_table
-from cirbench.report.tables.comparison import TableModel, ablation_table, gain_table, purity_table, recall_table
+from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
+from cirbench.report.tables.model import TableModel
 
 
 LEAD_FIGURES: tuple[str, ...] = ("recall_vs_noise", "purity_bars")

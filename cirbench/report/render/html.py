@@ -20,7 +20,7 @@ from cirbench.report.render.layout import (
 from cirbench.report.render.layout import NOTE
 from cirbench.report.render.leaderboard_render import leaderboard_html, legend
 from cirbench.report.analysis.room import ROOM_INTRO
-from cirbench.report.tables.comparison import to_html
+from cirbench.report.render.table_text import to_html
 
 STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto;

@@ -15,7 +15,7 @@ from cirbench.report.analysis.leaderboard import (
     Leaderboard, LeaderRow, Stat,
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
-from cirbench.report.tables.comparison import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
 from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")

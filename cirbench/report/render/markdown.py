@@ -17,7 +17,7 @@ from cirbench.report.render.layout import (
 from cirbench.report.render.layout import NOTE
 from cirbench.report.render.leaderboard_render import leaderboard_markdown, legend
 from cirbench.report.analysis.room import ROOM_INTRO
-from cirbench.report.tables.comparison import to_markdown
+from cirbench.report.render.table_text import to_markdown
 
 
 def problems_markdown(problems: pd.DataFrame) -> str:
