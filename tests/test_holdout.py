@@ -15,7 +15,7 @@ from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridError, GridSpec
 from cirbench.method import Method
 from cirbench.report.analysis.load import load_results
-from cirbench.report.analysis.selection import selection_table
+from cirbench.report.tables.selection import selection_table
 from cirbench.results.selection import RULES, headline_by_epoch, selected_epoch, selected_epochs
 from cirbench.results.store import ResultsStore
 from synthetic import toy_dataset

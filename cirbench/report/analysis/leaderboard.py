@@ -43,6 +43,8 @@ ZERO_SHOT = ZERO_SHOT_ROW
 BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"
 VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNSEPARATED}
 """The verdict of ``method - baseline > 0`` as the leaderboard names it."""
+MARKS: dict[str, str] = {BETTER: "▲", WORSE: "▼", UNSEPARATED: "○"}
+"""How the report marks each of them: the leaderboard and the kept-set tables."""
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
 Judge = Callable[[str, Sequence[Term]], Check]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.render.cells_csv import CellsTableError, long_metrics, read_final_metrics
+from cirbench.report.analysis.cells import CellsTableError, long_metrics, read_final_metrics
 from cirbench.results.store import ResultsStore
 
 

@@ -14,14 +14,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure
-from cirbench.report.analysis.kept_worth import (
-    BASELINE_POINT, METHOD_POINT, PERFECT_POINT, KeptWorth, decomposition_table, kept_worth, noise_type_table,
-)
-from cirbench.report.analysis.load import Setting, is_kept_set
-from cirbench.report.figures.palette import ORACLE_STYLE, method_styles
+from cirbench.report.analysis.kept_worth import BASELINE_POINT, METHOD_POINT, PERFECT_POINT, KeptWorth
+from cirbench.report.analysis.load import is_kept_set
 from cirbench.report.analysis.numbers import rate_label
-from cirbench.report.tables.model import TableModel
+from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure
+from cirbench.report.figures.palette import ORACLE_STYLE, method_styles
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
 
 FRONTIER_KINDS = (BASELINE_POINT, FRONTIER, PERFECT_POINT)
@@ -160,14 +157,3 @@ def _alt(worth: KeptWorth, points: pd.DataFrame, rates: list[float]) -> str:
         parts.append(f"at {rate_label(rate)}: " + "; ".join(words))
     return (f"Scatter of {worth.metric} and {worth.recall} against the kept set's purity, with the frontier as a dashed "
             f"line. {worth.metric}, " + ". ".join(parts) + ".")
-
-
-def kept_section(setting: Setting, out: Path) -> list[FigureFile | TableModel | str]:
-    """The report's parts on what ``setting``'s kept sets are worth, in reading order: the
-    chart, the decomposition and the noise types, each where its cells exist, with the one
-    line saying what is not measured (empty for a setting without a noisy rate)."""
-    worth = kept_worth(setting)
-    if worth is None:
-        return []
-    found = [part for part in (kept_figure(worth, out), decomposition_table(worth), noise_type_table(worth)) if part]
-    return ([worth.none] if worth.none else []) + found

@@ -2,7 +2,7 @@
 for the common colour-vision deficiencies): the hosted methods' colours are data
 (``palette.toml`` beside this module), a plugin method takes the next unused colour; the
 perfect filter black and dashed, the reference rows in greys with line styles of their own
-(:mod:`cirbench.report.analysis.references`)."""
+(:data:`REFERENCE_STYLES`, the rows of :mod:`cirbench.report.analysis.references`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from functools import cache
 from pathlib import Path
 
 from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.references import BOUND, bound_label
+from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 
 OKABE_ITO: dict[str, str] = {
     "blue": "#0072B2", "orange": "#E69F00", "bluish green": "#009E73", "vermillion": "#D55E00",
@@ -21,6 +23,17 @@ PALETTE_FILE = Path(__file__).with_name("palette.toml")
 ORACLE_STYLE: dict = {"color": "black", "linestyle": "--", "marker": "s"}
 EXTRA_LINESTYLES: tuple[str, ...] = ("-", "-.", (0, (5, 1)))
 """A plugin method's line style: each pass over the palette's colours takes the next one."""
+REFERENCE_STYLES: dict[str, dict] = {
+    ZERO_SHOT_ROW: {"color": "0.45", "linestyle": "-", "linewidth": 1.2},
+    TEXT_BLIND_ROW: {"color": "0.55", "linestyle": ":", "linewidth": 1.6},
+    TEXT_ONLY_ROW: {"color": "0.45", "linestyle": (0, (3, 1, 1, 1, 1, 1)), "linewidth": 1.3},
+    BOUND: {"color": "0.15", "linestyle": "-.", "linewidth": 1.0},
+}
+"""How each reference line is drawn: in grey (no method's colour), each with a line style of
+its own (the order the rows are listed in is
+:data:`~cirbench.report.analysis.references.REFERENCE_ORDER`)."""
+OTHER_STYLE: dict = {"color": "0.65", "linestyle": (0, (1, 3)), "linewidth": 1.2}
+"""How a reference row the styles above do not name is drawn."""
 
 
 @cache
@@ -54,3 +67,8 @@ def method_styles(setting: Setting) -> dict[str, dict]:
             styles[method] = {"color": spare[extra % len(spare)], "linestyle": linestyle, "marker": "^"}
             extra += 1
     return styles
+
+
+def reference_style(setting: Setting, name: str) -> dict:
+    """How the reference row (or the bound) ``name`` of ``setting`` is drawn."""
+    return REFERENCE_STYLES.get(BOUND if name == bound_label(setting) else name, OTHER_STYLE)

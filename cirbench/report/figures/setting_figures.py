@@ -24,7 +24,8 @@ from cirbench.report.figures.figure_file import (  # noqa: F401  (DPI re-exporte
 )
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.figures.palette import method_styles
-from cirbench.report.analysis.references import reference_stats, reference_style
+from cirbench.report.analysis.references import reference_stats
+from cirbench.report.figures.palette import reference_style
 from cirbench.report.analysis.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, headline_column, rate_label, run_columns, summarize,
     validation_metrics, wide_columns,

@@ -13,21 +13,24 @@ import pandas as pd
 import cirbench
 from cirbench.report.analysis.calibration import parity_lines, room_lines
 from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims
-from cirbench.report.figures.setting_figures import FigureFile, all_figures
-from cirbench.report.figures.forest import claims_forest
-from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.analysis.glance import at_a_glance
-from cirbench.report.figures.kept_figure import kept_section
+from cirbench.report.analysis.kept_worth import kept_worth
 from cirbench.report.analysis.leaderboard import Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.load import ReportData, Setting
+from cirbench.report.analysis.selection import rule_view
+from cirbench.report.figures.forest import claims_forest
+from cirbench.report.figures.gain_figure import gain_figure
+from cirbench.report.figures.kept_figure import kept_figure
+from cirbench.report.figures.setting_figures import FigureFile, all_figures
+from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
+from cirbench.report.tables.kept_worth import decomposition_table, noise_type_table
+from cirbench.report.tables.model import TableModel
+from cirbench.report.tables.references import reference_table
+from cirbench.report.tables.reproduction import reproduction_table
+from cirbench.report.tables.selection import selection_table
+from cirbench.report.tables.tuned import tuned_table
 from cirbench.results.labels import TRIAL_LABEL
 from cirbench.results.selection import DEFAULT_RULE
-from cirbench.report.analysis.references import reference_table
-from cirbench.report.tables.reproduction import reproduction_table
-from cirbench.report.analysis.selection import rule_view, selection_table
-from cirbench.report.tables.tuned import tuned_table
-from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
-from cirbench.report.tables.model import TableModel
 
 
 LEAD_FIGURES: tuple[str, ...] = ("recall_vs_noise", "purity_bars")
@@ -53,7 +56,7 @@ class Section:
     lead_figures: list[FigureFile] = field(default_factory=list)
     """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
     kept_worth: list[FigureFile | TableModel | str] = field(default_factory=list)
-    """What a kept set is worth (:func:`~cirbench.report.figures.kept_figure.kept_section`): the chart, the tables, or a line."""
+    """What a kept set is worth (:func:`kept_section`): the chart, the tables, or a line."""
     context: list[str] = field(default_factory=list)
     """The lines above the leaderboard: what the data are, the noise, the sizes, what blank cells mean."""
 
@@ -119,6 +122,17 @@ def _holdout_shares(runs: pd.DataFrame) -> list[str]:
     if len(counts) > 1:
         text = "WARNING: runs trained with different held-out shares (different training sets) are compared; " + text
     return [text]
+
+
+def kept_section(setting: Setting, out: Path) -> list[FigureFile | TableModel | str]:
+    """The report's parts on what ``setting``'s kept sets are worth, in reading order: the
+    chart, the decomposition and the noise types, each where its cells exist, with the one
+    line saying what is not measured (empty for a setting without a noisy rate)."""
+    worth = kept_worth(setting)
+    if worth is None:
+        return []
+    found = [part for part in (kept_figure(worth, out), decomposition_table(worth), noise_type_table(worth)) if part]
+    return ([worth.none] if worth.none else []) + found
 
 
 def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = None) -> ReportContent:

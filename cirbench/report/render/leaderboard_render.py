@@ -11,15 +11,14 @@ from typing import Callable
 import pandas as pd
 
 from cirbench.report.analysis.leaderboard import (
-    BEST, BETTER, BOUND_ROW, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE, ZERO_SHOT, LeaderCell,
-    Leaderboard, LeaderRow, Stat,
+    BEST, BETTER, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE, ZERO_SHOT,
+    LeaderCell, Leaderboard, LeaderRow, Stat,
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
 from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
-MARKS: dict[str, str] = {BETTER: "▲", WORSE: "▼", UNSEPARATED: "○"}
 TEX_MARKS: dict[str, str] = {BETTER: r"$\uparrow$", WORSE: r"$\downarrow$", UNSEPARATED: r"$\circ$"}
 BELOW_START_MARK = "§"
 UNRANKED_TITLE = "Not ranked: the perfect filter, the bound and the reference rows (not fine-tuned)"
