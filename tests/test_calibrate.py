@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from cirbench.cli import app
 from cirbench.engine.calibrate import calibration_grid
-from cirbench.report.analysis.calibration import calibration_checks
 from cirbench.engine.grid import GridSpec
+from cirbench.report.analysis.calibration import calibration_checks
 from cirbench.report.analysis.load import load_results
 from cirbench.results.store import CellKey, ResultsStore
 

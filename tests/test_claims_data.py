@@ -16,13 +16,13 @@ from cirbench.plugins import builtin_methods_dir
 from cirbench.report import load_results
 from cirbench.report.analysis.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
 from cirbench.report.analysis.claims import claims_on, paper_claims
-from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.analysis.leaderboard import build_leaderboard
-from cirbench.report.render.leaderboard_render import leaderboard_frame, legend
 from cirbench.report.analysis.load import Setting
 from cirbench.report.analysis.references import bound_label, reference_stats
-from cirbench.report.tables.comparison import gain_table
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, NOT_RUN
+from cirbench.report.figures.gain_figure import gain_figure
+from cirbench.report.render.leaderboard_render import leaderboard_frame, legend
+from cirbench.report.tables.comparison import gain_table
 from cirbench.results.store import CellKey, ResultsStore
 from claims_golden import N_RESAMPLES, VERDICTS, verdicts, write_golden_results
 from test_claims import HITS, _cell, _run_row, write_claims_results

@@ -28,12 +28,12 @@ import pandas as pd
 from cirbench.report.analysis.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
 from cirbench.report.analysis.claim_files import ALL, METRICS, NOISY, CheckSpec, ClaimSpec, all_claims
 from cirbench.report.analysis.load import Setting, final_epoch
+from cirbench.report.analysis.numbers import headline_column, rate_label, run_columns
+from cirbench.report.analysis.selection import describe_rule, rule_view
 from cirbench.report.analysis.significance import (
     INCONCLUSIVE, NOT_RUN, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
     kept_set_test, kept_set_verdict, paired_comparison,
 )
-from cirbench.report.analysis.selection import describe_rule, rule_view
-from cirbench.report.analysis.numbers import headline_column, rate_label, run_columns
 from cirbench.results.roles import ROLES
 from cirbench.results.selection import DEFAULT_RULE, RULES
 from cirbench.results.store import MAIN_SCORE

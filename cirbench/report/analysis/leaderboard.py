@@ -28,10 +28,10 @@ from cirbench.data.registry import DATASETS, ShapesLoader
 from cirbench.report.analysis.bootstrap import N_RESAMPLES
 from cirbench.report.analysis.claims import Check, recall_judge
 from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, headline_column, rate_label, run_columns, summarize
 from cirbench.report.analysis.references import bound_label, reference_stats
 from cirbench.report.analysis.selection import RuleView, rule_view
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, headline_column, rate_label, run_columns, summarize
 from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.metrics import FASHIONIQ_AVERAGE, RECALL, metric_label
 from cirbench.results.roles import BASELINE

@@ -22,8 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from cirbench.report.analysis.claims import Check, Claim
-from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE
+from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
 
 VERDICT_STYLES: dict[str, dict] = {
     HOLDS: {"color": "#117733", "marker": "o"},

@@ -13,12 +13,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure, styled
 from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
 from cirbench.report.analysis.load import Setting
-from cirbench.report.figures.palette import method_styles
-from cirbench.report.analysis.selection import rule_view
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, headline_column, rate_label, run_columns
+from cirbench.report.analysis.selection import rule_view
+from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure, styled
+from cirbench.report.figures.palette import method_styles
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 

@@ -19,17 +19,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.figures.figure_file import (  # noqa: F401  (DPI re-exported)
-    DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
-)
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
-from cirbench.report.figures.palette import method_styles
-from cirbench.report.analysis.references import reference_stats
-from cirbench.report.figures.palette import reference_style
 from cirbench.report.analysis.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, headline_column, rate_label, run_columns, summarize,
     validation_metrics, wide_columns,
 )
+from cirbench.report.analysis.references import reference_stats
+from cirbench.report.figures.figure_file import (  # noqa: F401  (DPI re-exported)
+    DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
+)
+from cirbench.report.figures.palette import method_styles, reference_style
 from cirbench.results.roles import BASELINE
 
 CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive

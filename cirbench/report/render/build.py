@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.published import load_published
 from cirbench.report.render.cells_csv import write_final_metrics, write_selected_metrics, write_table
 from cirbench.report.render.content import assemble
 from cirbench.report.render.html import render_html
 from cirbench.report.render.leaderboard_render import LEADERBOARD_FILES, leaderboard_frame, leaderboard_tex
-from cirbench.report.analysis.load import load_results
 from cirbench.report.render.markdown import render_markdown
-from cirbench.report.analysis.published import load_published
 from cirbench.results.atomic import atomic_write
 
 

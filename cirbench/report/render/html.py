@@ -11,15 +11,15 @@ import pandas as pd
 
 from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.collapsed import FlagList
-from cirbench.report.render.content import ReportContent, Section
+from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.figures.figure_file import FigureFile
+from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
     PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
 )
 from cirbench.report.render.layout import NOTE
 from cirbench.report.render.leaderboard_render import leaderboard_html, legend
-from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.render.table_text import to_html
 
 STYLE = """

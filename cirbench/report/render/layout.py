@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from cirbench.report.analysis.claims import CLAIMS_TITLE
 from cirbench.report.analysis.collapsed import flag_lists
-from cirbench.report.render.content import ReportContent, Section
-from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.analysis.kept_worth import WORTH_TITLE
 from cirbench.report.analysis.room import ROOM_TITLE
+from cirbench.report.figures.figure_file import FigureFile
+from cirbench.report.render.content import ReportContent, Section
 
 FIGURE, CLAIMS, GLANCE, ROOM, FLAGS, TABLE = "figure", "claims", "glance", "room", "flags", "table"
 NOTE = "note"

@@ -9,6 +9,7 @@ import pandas as pd
 
 from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.collapsed import FlagList
+from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
@@ -16,7 +17,6 @@ from cirbench.report.render.layout import (
 )
 from cirbench.report.render.layout import NOTE
 from cirbench.report.render.leaderboard_render import leaderboard_markdown, legend
-from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.render.table_text import to_markdown
 
 

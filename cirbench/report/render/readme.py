@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.analysis.cells import SELECTED_METRICS_FILE, read_final_metrics
-from cirbench.report.render.leaderboard_render import LEADERBOARD_FILES, board_from_frame, leaderboard_markdown, legend
 from cirbench.report.analysis.room import room_line, room_to_win
+from cirbench.report.render.leaderboard_render import LEADERBOARD_FILES, board_from_frame, leaderboard_markdown, legend
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.metrics import RECALL
 from cirbench.results.roles import BASELINE, PERFECT_FILTER, role_method

@@ -15,8 +15,8 @@ import math
 import pandas as pd
 
 from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.published import METRICS, load_published
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, rate_label, run_columns, summarize, validation_split
+from cirbench.report.analysis.published import METRICS, load_published
 from cirbench.report.tables.model import Cell, TableModel, collapse_note
 
 

@@ -13,9 +13,9 @@ import math
 import pandas as pd
 
 from cirbench.report.analysis.load import Setting
-from cirbench.results.labels import TRIAL_LABEL
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
 from cirbench.report.tables.model import Cell, TableModel
+from cirbench.results.labels import TRIAL_LABEL
 from cirbench.results.selection import headline_by_epoch
 
 
