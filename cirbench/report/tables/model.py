@@ -1,6 +1,6 @@
-"""What every table of the report is made of: a :class:`TableModel` of worded :class:`Cell`\ s,
-the one mark a table's cell may carry (:data:`TOP_MARK`) and the footnotes every table adds
-for the cells it shows that are flagged collapsed or below chance."""
+"""What every table of the report is made of: a :class:`TableModel` of worded cells
+(:class:`Cell`), the one mark a cell may carry (:data:`TOP_MARK`) and the footnotes a table
+adds for the cells it shows that are flagged collapsed or below chance."""
 
 from __future__ import annotations
 
