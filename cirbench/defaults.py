@@ -2,7 +2,7 @@
 CLI (which must not import torch to print its help): a cell's training schedule, the methods
 and noise rates of a grid that names none, a sweep's trials, the default held-out share, and
 the calibration grid's methods and noise rates, shared by the grid
-(:mod:`cirbench.engine.calibrate`) and its checks (:mod:`cirbench.report.calibration`).
+(:mod:`cirbench.engine.calibrate`) and its checks (:mod:`cirbench.report.analysis.calibration`).
 
 Chosen by calibrating the embedded benchmark with the ordinary baseline, the perfect filter
 and the reference rows only (``docs/benchmark.md``); 128 is also the papers' batch size.

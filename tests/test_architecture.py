@@ -1,6 +1,7 @@
 """The shape of the code: no import cycle in ``cirbench/``, layers that point one way
 (data -> backbones -> methods -> engine -> report -> api -> cli, with ``results/`` beside them),
-small functions and modules, and a ``--help`` that imports no torch.
+the report's rooms that point one way too (analysis -> tables, figures -> render), small
+functions and modules, and a ``--help`` that imports no torch.
 
 The import graph is read with :mod:`ast` from the source, so it counts every import: at
 module level, inside functions and under ``if TYPE_CHECKING``. A function-level import of
@@ -189,6 +190,68 @@ def test_the_report_imports_nothing_from_the_engine() -> None:
     found = sorted(f"{module} -> {target}" for module, targets in _graph().items() if module.startswith("cirbench.report")
                    for target in targets if target.startswith("cirbench.engine"))
     assert found == []
+
+
+REPORT = "cirbench.report"
+REPORT_ROOMS: dict[str, set[str]] = {
+    "analysis": set(),
+    "tables": {"analysis"},
+    "figures": {"analysis"},
+    "render": {"analysis", "tables", "figures"},
+}
+"""The report's rooms and the other rooms each may import: the analysis (results loaded, what
+they say computed) none; the tables and the figures, side by side, only the analysis; the
+rendering (content in order, written out) all three. No room imports ``cirbench.report``
+itself, which imports the rendering."""
+REPORT_NAMES = {"build_report", "ReportError", "load_results"}
+"""What ``cirbench.report`` itself gives: the report's public names."""
+
+
+def _room(module: str) -> str | None:
+    """The room of a module under ``cirbench/report/`` (None for ``cirbench.report`` itself)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and _in(module, REPORT) else None
+
+
+def test_every_report_module_is_in_a_room() -> None:
+    """Under ``cirbench/report/`` only ``__init__.py`` sits beside the rooms, and every folder is one of them."""
+    report = [m for m in MODULES if _in(m, REPORT)]
+    assert len(report) > 30 and all(r in report for r in (f"{REPORT}.{room}" for room in REPORT_ROOMS))
+    assert sorted(m for m in report if m != REPORT and _room(m) not in REPORT_ROOMS) == []
+
+
+def test_the_report_rooms_import_one_way() -> None:
+    """Analysis -> tables, figures -> render: no room imports one to its right, nor its sibling."""
+    crossing = sorted(f"{module} -> {target}" for module, targets in _graph().items() if _room(module) in REPORT_ROOMS
+                      for target in targets if _in(target, REPORT) and _room(target) != _room(module)
+                      and _room(target) not in REPORT_ROOMS[_room(module)])
+    assert crossing == []
+
+
+def test_only_the_figures_draw() -> None:
+    """matplotlib is imported in the figures room alone: the other rooms compute, tabulate or write text."""
+    drawing = sorted(module for module, path in MODULES.items() if _in(module, REPORT) and _room(module) != "figures"
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                                  [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                     if name.split(".")[0] == "matplotlib")
+    assert drawing == []
+
+
+@pytest.mark.parametrize("room", sorted(REPORT_ROOMS))
+def test_each_room_says_what_it_holds_and_imports_nothing(room: str) -> None:
+    """A room's ``__init__.py`` is its docstring alone (no re-exports to build a cycle from),
+    and the docstring names the rooms it may import."""
+    tree = ast.parse(MODULES[f"{REPORT}.{room}"].read_text())
+    docstring = ast.get_docstring(tree) or ""
+    assert docstring.startswith(f"The report's {room} room") and len(tree.body) == 1
+    assert all(f"``{other}``" in docstring for other in REPORT_ROOMS[room])
+
+
+def test_the_report_keeps_its_public_names() -> None:
+    import cirbench.report
+
+    assert set(cirbench.report.__all__) == REPORT_NAMES and all(hasattr(cirbench.report, n) for n in REPORT_NAMES)
 
 
 ENGINE_ROOMS: dict[str, set[str]] = {

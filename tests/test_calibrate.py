@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from cirbench.cli import app
 from cirbench.engine.calibrate import calibration_grid
-from cirbench.report.calibration import calibration_checks
 from cirbench.engine.grid import GridSpec
-from cirbench.report.load import load_results
+from cirbench.report.analysis.calibration import calibration_checks
+from cirbench.report.analysis.load import load_results
 from cirbench.results.store import CellKey, ResultsStore
 
 SETTING = ("shapes", "tiny[cir]", "thirds")
@@ -294,7 +294,7 @@ def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, c
 
 
 def test_the_report_names_each_hosted_method_below_clean_parity(tmp_path: Path) -> None:
-    from cirbench.report.calibration import parity_lines
+    from cirbench.report.analysis.calibration import parity_lines
 
     (setting,) = load_results(_hosted_results(tmp_path / "a", {"tme": 0.57, "hug": 0.40})).settings
     (line,) = parity_lines(setting)

@@ -14,15 +14,15 @@ import pytest
 
 from cirbench.plugins import builtin_methods_dir
 from cirbench.report import load_results
-from cirbench.report.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
-from cirbench.report.claims import claims_on, paper_claims
-from cirbench.report.gain_figure import gain_figure
-from cirbench.report.leaderboard import build_leaderboard
-from cirbench.report.leaderboard_render import leaderboard_frame, legend
-from cirbench.report.load import Setting
-from cirbench.report.references import bound_label, reference_stats
-from cirbench.report.tables import gain_table
-from cirbench.report.significance import DOES_NOT_HOLD, HOLDS, NOT_RUN
+from cirbench.report.analysis.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
+from cirbench.report.analysis.claims import claims_on, paper_claims
+from cirbench.report.analysis.leaderboard import build_leaderboard
+from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.references import bound_label, reference_stats
+from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, NOT_RUN
+from cirbench.report.figures.gain_figure import gain_figure
+from cirbench.report.render.leaderboard_render import leaderboard_frame, legend
+from cirbench.report.tables.comparison import gain_table
 from cirbench.results.store import CellKey, ResultsStore
 from claims_golden import N_RESAMPLES, VERDICTS, verdicts, write_golden_results
 from test_claims import HITS, _cell, _run_row, write_claims_results
@@ -139,7 +139,7 @@ def test_a_bad_claims_file_names_the_file_the_entry_and_the_problem(tmp_path: Pa
 def test_the_shipped_file_reads_and_its_claims_are_the_reports(tmp_path: Path) -> None:
     write_claims_results(tmp_path, [("sprc", 0.5, 0)])
     (setting,) = load_results(tmp_path).settings
-    shipped = read_claims(REPORT / "claims.toml")
+    shipped = read_claims(REPORT / "analysis" / "claims.toml")
     assert [c.source for c in claims_on(setting, 20)] == [c.source for c in shipped] and len(shipped) == 12
     published = read_published()
     assert published.baseline not in published.robust and published.floor
@@ -153,7 +153,9 @@ def test_no_report_module_names_a_method() -> None:
     names = sorted(p.stem for p in builtin_methods_dir().glob("*.py") if not p.name.startswith("_"))
     assert {"sprc", "oracle", "tme", "conesep", "hug", "habit", "intent"} <= set(names)
     pattern = re.compile(r"\b(" + "|".join(names) + r")\b")
-    found = {p.name: sorted(set(pattern.findall(p.read_text(encoding="utf-8")))) for p in sorted(REPORT.glob("*.py"))}
+    found = {str(p.relative_to(REPORT)): sorted(set(pattern.findall(p.read_text(encoding="utf-8"))))
+             for p in sorted(REPORT.rglob("*.py"))}
+    assert len(found) > 30  # the reading finds every room's modules
     assert not {f: hits for f, hits in found.items() if hits}
 
 
@@ -182,7 +184,7 @@ def test_every_method_and_ablation_the_shipped_claims_name_exists() -> None:
     from cirbench.plugins import discover
 
     methods = discover().methods
-    named = {n for claim in read_claims(REPORT / "claims.toml") for check in claim.checks for n in (*check.methods, *check.against)}
+    named = {n for claim in read_claims(REPORT / "analysis" / "claims.toml") for check in claim.checks for n in (*check.methods, *check.against)}
     named |= {read_published().baseline, *read_published().robust}
     missing = []
     for name in sorted(n for n in named if not n.startswith("{")):

@@ -14,8 +14,8 @@ import pytest
 
 from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid, GridSpec
-from cirbench.report.load import load_results
-from cirbench.report.tables import purity_per_run
+from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.numbers import purity_per_run
 from cirbench.results.store import MAIN_SCORE, SCHEMAS, ResultsStore
 
 PLUGIN = textwrap.dedent(

@@ -23,7 +23,7 @@ import pytest
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.runner import run_grid
 from cirbench.report import build_report
-from cirbench.report.load import load_results
+from cirbench.report.analysis.load import load_results
 from cirbench.results.store import MAIN_SCORE, TABLES, ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,8 @@ import pytest
 
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.kept_worth import DECOMPOSITION_TITLE, NOISE_TYPES_TITLE, NONE_LINE, kept_worth
+from cirbench.report.analysis.kept_worth import NONE_LINE, kept_worth
+from cirbench.report.tables.kept_worth import DECOMPOSITION_TITLE, NOISE_TYPES_TITLE
 from cirbench.results.store import MAIN_SCORE, CellKey, ResultsStore
 from test_claims import N_TRAIN, _cell, _run_row, write_claims_results
 from test_leaderboard import DECLINE, SEEDS, SETTING, _metrics, _ranks, write_study

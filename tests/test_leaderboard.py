@@ -14,12 +14,11 @@ import pandas as pd
 import pytest
 
 from cirbench.report import build_report, load_results
-from cirbench.report.claims import Check, p_value, paper_claims
-from cirbench.report.forest import draw_forest, forest_panels, row_words
-from cirbench.report.leaderboard import BEST, BETTER, TIED, WORSE, build_leaderboard
-from cirbench.report.palette import method_styles
-from cirbench.report.references import REFERENCE_STYLES
-from cirbench.report.significance import DOES_NOT_HOLD, HOLDS
+from cirbench.report.analysis.claims import Check, p_value, paper_claims
+from cirbench.report.analysis.leaderboard import BEST, BETTER, TIED, WORSE, build_leaderboard
+from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS
+from cirbench.report.figures.forest import draw_forest, forest_panels, row_words
+from cirbench.report.figures.palette import REFERENCE_STYLES, method_styles
 from cirbench.results.store import CellKey, ResultsStore
 from test_claims import _cell, _run_row
 

@@ -14,16 +14,18 @@ import pandas as pd
 import pytest
 
 from cirbench.report import load_results
-from cirbench.report.calibration import room_lines
-from cirbench.report.claims import VERDICT_RULE, Check, check_line, claims_intro, paper_claims
-from cirbench.report.content import assemble
-from cirbench.report.forest import VERDICT_STYLES, ForestRow, x_limits
-from cirbench.report.gain_figure import y_limits
-from cirbench.report.leaderboard_render import leaderboard_html
-from cirbench.report.palette import OKABE_ITO, ORACLE_STYLE
-from cirbench.report.selection import rule_view
-from cirbench.report.significance import HOLDS, Comparison
-from cirbench.report.tables import CLAIMS_EPOCH, LAST_EPOCH, TOP_MARK, format_mean, to_html, to_markdown
+from cirbench.report.analysis.calibration import room_lines
+from cirbench.report.analysis.claims import VERDICT_RULE, Check, check_line, claims_intro, paper_claims
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, LAST_EPOCH, format_mean
+from cirbench.report.analysis.selection import rule_view
+from cirbench.report.analysis.significance import HOLDS, Comparison
+from cirbench.report.figures.forest import VERDICT_STYLES, ForestRow, x_limits
+from cirbench.report.figures.gain_figure import y_limits
+from cirbench.report.figures.palette import OKABE_ITO, ORACLE_STYLE
+from cirbench.report.render.content import assemble
+from cirbench.report.render.leaderboard_render import leaderboard_html
+from cirbench.report.render.table_text import to_html, to_markdown
+from cirbench.report.tables.model import TOP_MARK
 from test_leaderboard import DECLINE, N_QUERIES, write_study
 
 RULE_TABLES = {"Model selection"}

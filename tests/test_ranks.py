@@ -13,7 +13,7 @@ import pytest
 from cirbench.engine.cell import run_cell, run_reference
 from cirbench.engine.evaluate import NO_SUBSET_RANK
 from cirbench.engine.grid import Grid, GridSpec
-from cirbench.report.load import load_results
+from cirbench.report.analysis.load import load_results
 from cirbench.results.selection import selected_epochs
 from cirbench.results.store import SCHEMAS
 
@@ -84,8 +84,8 @@ def test_the_report_carries_the_ranks_of_completed_runs_and_old_results_load(min
 
 
 def test_the_headline_recomputed_by_the_query_bootstrap_equals_the_table(mini_results: Path) -> None:
-    from cirbench.report.bootstrap import QueryBootstrap, rank_terms
-    from cirbench.report.tables import headline_column, run_columns
+    from cirbench.report.analysis.bootstrap import QueryBootstrap, rank_terms
+    from cirbench.report.analysis.numbers import headline_column, run_columns
 
     (setting,) = load_results(mini_results).settings
     per_run = run_columns(setting)

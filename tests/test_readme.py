@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.report.readme import BEGIN, END, ReadmeError, results_block, update_readme
+from cirbench.report.render.readme import BEGIN, END, ReadmeError, results_block, update_readme
 from test_report import write_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, MethodConfig, TrainingContext
 from cirbench.plugins import discover
 from cirbench.report import build_report
-from cirbench.report.load import load_results
-from cirbench.report.references import bound_label, reference_stats
+from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.references import bound_label, reference_stats
 
 
 def _batch(backbone, n: int = 6, seed: int = 0) -> Batch:

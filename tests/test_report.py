@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.tables import (
-    CIRR_AVG, FIQ_AVG, Cell, ablation_table, best_per_rate, flagged_shares, recall_table, to_html, to_markdown, wide_columns,
-)
+from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, best_per_rate, flagged_shares, wide_columns
+from cirbench.report.render.table_text import to_html, to_markdown
+from cirbench.report.tables.comparison import ablation_table, recall_table
+from cirbench.report.tables.model import Cell
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, SCHEMAS, CellKey, ResultsStore
 from cirbench.results.summary import run_summary
@@ -410,7 +411,7 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
 
 
 def test_provenance_names_the_held_out_shares_and_warns_when_two_are_compared() -> None:
-    from cirbench.report.content import _holdout_shares
+    from cirbench.report.render.content import _holdout_shares
 
     runs = pd.DataFrame({"method": ["sprc", "conesep", "conesep:no_x", "sprc:trial1"], "holdout": [0.1, 0.1, 0.1, 0.1]})
     assert _holdout_shares(runs) == ["held-out shares of the compared runs: 0.1 (3 run(s))"]

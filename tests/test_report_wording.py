@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cirbench.plugins import discover
-from cirbench.report.load import Setting
+from cirbench.report.analysis.load import Setting
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from cirbench.report import build_report, load_results
-from cirbench.report.calibration import room_lines
-from cirbench.report.claims import paper_claims
-from cirbench.report.forest import plotted_checks
-from cirbench.report.room import ROOM_TITLE, paper_range, paper_shares, won_back
+from cirbench.report.analysis.calibration import room_lines
+from cirbench.report.analysis.claims import paper_claims
+from cirbench.report.analysis.room import ROOM_TITLE, paper_range, paper_shares, won_back
+from cirbench.report.figures.forest import plotted_checks
 from test_calibrate import _results
 from test_claims import write_claims_results
 

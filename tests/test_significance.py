@@ -9,12 +9,12 @@ import pytest
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from cirbench.report.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
-from cirbench.report.significance import (
+from cirbench.report.analysis.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
+from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG
+from cirbench.report.analysis.significance import (
     DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN, Term, combine_verdicts, difference, kept_set_test,
     kept_set_verdict, paired_comparison, seed_interval, verdict,
 )
-from cirbench.report.tables import CIRR_AVG, FIQ_AVG
 
 N_QUERIES = 400
 R10 = [RankTerm("all", "rank", 10, 1.0)]

@@ -15,10 +15,10 @@ from cirbench.backbones.registry import BACKBONES
 from cirbench.cli import app
 from cirbench.config import build_config
 from cirbench.engine.sweep import SweepError, sweep_rows
-from cirbench.results.labels import TRIAL_LABEL, trial_label
 from cirbench.plugins import discover
-from cirbench.report.load import load_results
-from cirbench.report.tuned import trial_selection, tuned_table
+from cirbench.report.analysis.load import load_results
+from cirbench.report.tables.tuned import trial_selection, tuned_table
+from cirbench.results.labels import TRIAL_LABEL, trial_label
 from cirbench.results.store import ResultsStore
 from cirbench.search import LR_SPACE, trial_values
 

@@ -11,9 +11,9 @@ from typing import Sequence
 from cirbench.engine.grid import Grid
 from cirbench.engine.spec import backbone_label, dataset_label
 from cirbench.report import ReportError, build_report
-from cirbench.report.calibration import Check, checks_markdown, run_calibration_checks
-from cirbench.report.published import PublishedFileError
-from cirbench.report.readme import ReadmeError, update_readme
+from cirbench.report.analysis.calibration import Check, checks_markdown, run_calibration_checks
+from cirbench.report.analysis.published import PublishedFileError
+from cirbench.report.render.readme import ReadmeError, update_readme
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.store import ResultsFolderError
 
@@ -23,7 +23,7 @@ REPORT_ERRORS: tuple[type[Exception], ...] = (ReportError, PublishedFileError, R
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibration grid's checks (:mod:`cirbench.report.calibration`) and the file they were written to."""
+    """A calibration grid's checks (:mod:`cirbench.report.analysis.calibration`) and the file they were written to."""
 
     checks: list[Check]
     path: Path

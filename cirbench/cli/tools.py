@@ -181,7 +181,7 @@ def reproduce(
     within the report's spread over seeds: does this machine reproduce it? Exit 0 when every
     cell does, 1 when one does not, 2 when the reference cannot answer (no such cells, one seed)."""
     from cirbench.api.reproduce import reproduce as reproduced
-    from cirbench.report.reproduce_check import ReferenceFolderError, verdict_lines
+    from cirbench.report.analysis.reproduce_check import ReferenceFolderError, verdict_lines
 
     try:
         found = reproduced(reference, split_list(methods, str, "--methods"), split_list(noise, float, "--noise"),

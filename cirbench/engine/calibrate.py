@@ -1,7 +1,7 @@
 """The calibration grid of a setting: the ordinary baseline (``sprc``) and the perfect
 filter (``oracle``) at the calibration noise rates, with the reference rows, and every
 hosted method (each built-in method without a role) on clean data only. The checks read
-from its results are :mod:`cirbench.report.calibration`'s; ``docs/benchmark.md`` gives
+from its results are :mod:`cirbench.report.analysis.calibration`'s; ``docs/benchmark.md`` gives
 each target's source and why a hosted method's clean cell may enter and no noisy one may."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ grid rows ``<method>:trial<k>`` with the trial's values as their ``--set`` scope
 is resumable, parallel and runs on any launcher like any grid; each trial's configuration is
 in its ``runs`` row. Trial 0 is the defaults; the others draw from the method's
 ``Config.search_space`` (:mod:`cirbench.search`). Selection (per method, noise rate and
-seed, on the held-out split) is the report's: :mod:`cirbench.report.tuned`."""
+seed, on the held-out split) is the report's: :mod:`cirbench.report.tables.tuned`."""
 
 from __future__ import annotations
 

@@ -146,7 +146,7 @@ _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries":
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
-judges it from its tables (:func:`cirbench.report.load.load_results`,
+judges it from its tables (:func:`cirbench.report.analysis.load.load_results`,
 :func:`cirbench.results.chance.judge_below_chance`)."""
 _READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in _JUDGED_ON_READ}
 """What parts written before a column existed read as (the flags: nothing)."""

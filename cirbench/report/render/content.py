@@ -1,0 +1,161 @@
+"""What a report holds, independent of its format: per setting the leaderboard, the
+at-a-glance lines, the papers' claims checked, the tables and the written figures; the failed
+or missing cells; the provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+import cirbench
+from cirbench.report.analysis.calibration import parity_lines, room_lines
+from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims
+from cirbench.report.analysis.glance import at_a_glance
+from cirbench.report.analysis.kept_worth import kept_worth
+from cirbench.report.analysis.leaderboard import Leaderboard, build_leaderboard, first_screen
+from cirbench.report.analysis.load import ReportData, Setting
+from cirbench.report.analysis.selection import rule_view
+from cirbench.report.figures.forest import claims_forest
+from cirbench.report.figures.gain_figure import gain_figure
+from cirbench.report.figures.kept_figure import kept_figure
+from cirbench.report.figures.setting_figures import FigureFile, all_figures
+from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
+from cirbench.report.tables.kept_worth import decomposition_table, noise_type_table
+from cirbench.report.tables.model import TableModel
+from cirbench.report.tables.references import reference_table
+from cirbench.report.tables.reproduction import reproduction_table
+from cirbench.report.tables.selection import selection_table
+from cirbench.report.tables.tuned import tuned_table
+from cirbench.results.labels import TRIAL_LABEL
+from cirbench.results.selection import DEFAULT_RULE
+
+
+LEAD_FIGURES: tuple[str, ...] = ("recall_vs_noise", "purity_bars")
+"""The figures a section shows first (by file name), after the gain over the baseline
+(:func:`~cirbench.report.figures.gain_figure.gain_figure`)."""
+
+
+@dataclass
+class Section:
+    """The part of a report about one setting (dataset, backbone, noise protocol)."""
+
+    setting: Setting
+    glance: list[str] = field(default_factory=list)
+    tables: list[TableModel] = field(default_factory=list)
+    figures: list[FigureFile] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    claims_metric: str | None = None
+    claims_selection: str = ""
+    room: list[str] = field(default_factory=list)
+    """How much there is to win at each noise rate (the perfect filter's won-back share)."""
+    claims_figure: FigureFile | None = None
+    leaderboard: Leaderboard | None = None
+    lead_figures: list[FigureFile] = field(default_factory=list)
+    """The figures shown first, under the contents: the gain over the baseline, recall against noise, purity."""
+    kept_worth: list[FigureFile | TableModel | str] = field(default_factory=list)
+    """What a kept set is worth (:func:`kept_section`): the chart, the tables, or a line."""
+    context: list[str] = field(default_factory=list)
+    """The lines above the leaderboard: what the data are, the noise, the sizes, what blank cells mean."""
+
+
+@dataclass
+class ReportContent:
+    """A whole report, ready to render as Markdown or HTML."""
+
+    title: str
+    subtitle: str
+    sections: list[Section]
+    problems: pd.DataFrame
+    provenance: list[str]
+
+
+def _provenance(data: ReportData) -> list[str]:
+    runs = pd.concat([s.runs for s in data.settings], ignore_index=True) if data.settings else pd.DataFrame()
+    lines = [
+        f"Results: {data.root}",
+        f"Built: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by cirbench {cirbench.__version__}",
+    ]
+    if len(runs):
+        for column, name in (("package_version", "cirbench versions of the runs"), ("git_commit", "git commits of the runs"),
+                             ("torch_version", "torch versions"), ("device", "devices")):
+            values = sorted({str(v) for v in runs[column].dropna() if str(v)})
+            if values:
+                lines.append(f"{name}: {', '.join(values)}")
+        lines.extend(_starts(runs))
+        lines.extend(_holdout_shares(runs))
+        versions = runs.groupby("method").method_version.agg(lambda v: ",".join(sorted(set(map(str, v)))))
+        lines.append("method versions: " + ", ".join(f"{m} v{v}" for m, v in versions.items()))
+    return lines
+
+
+def _starts(runs: pd.DataFrame) -> list[str]:
+    """A line per backbone naming the start(s) its runs were fine-tuned from
+    (:meth:`~cirbench.backbones.base.Backbone.start_key`): two starts in one setting mean
+    pooled numbers that should not be, and runs written before the key existed are counted."""
+    lines = []
+    for backbone, group in runs["start_key"].astype(str).groupby(runs["backbone"]):
+        starts = sorted(set(group) - {""})
+        unrecorded = int((group == "").sum())
+        text = f"starts of {backbone}: {', '.join(starts) or 'not recorded'}"
+        if unrecorded and starts:
+            text += f" ({unrecorded} run(s) written before the start was recorded)"
+        if len(starts) > 1:
+            text = "WARNING: runs from different starts are pooled; " + text
+        lines.append(text)
+    return lines
+
+
+def _holdout_shares(runs: pd.DataFrame) -> list[str]:
+    """A line naming the held-out shares (``--holdout``) of the compared runs, sweep trials
+    aside: the report keeps one run per cell whatever its share, so two shares in one folder
+    mean methods compared on different training sets."""
+    if "holdout" not in runs.columns:
+        return []
+    compared = runs[~runs.method.astype(str).str.fullmatch(TRIAL_LABEL.pattern)]
+    counts = compared["holdout"].astype(float).fillna(0.0).round(6).value_counts().sort_index()
+    if counts.empty:
+        return []
+    text = "held-out shares of the compared runs: " + ", ".join(f"{share:g} ({n} run(s))" for share, n in counts.items())
+    if len(counts) > 1:
+        text = "WARNING: runs trained with different held-out shares (different training sets) are compared; " + text
+    return [text]
+
+
+def kept_section(setting: Setting, out: Path) -> list[FigureFile | TableModel | str]:
+    """The report's parts on what ``setting``'s kept sets are worth, in reading order: the
+    chart, the decomposition and the noise types, each where its cells exist, with the one
+    line saying what is not measured (empty for a setting without a noisy rate)."""
+    worth = kept_worth(setting)
+    if worth is None:
+        return []
+    found = [part for part in (kept_figure(worth, out), decomposition_table(worth), noise_type_table(worth)) if part]
+    return ([worth.none] if worth.none else []) + found
+
+
+def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = None) -> ReportContent:
+    """Compute the tables and write the figures of every setting under ``output/<setting>/``;
+    ``published``: the papers' numbers to set beside FashionIQ and CIRR runs (default: shipped)."""
+    sections = []
+    for setting in data.settings:
+        read = rule_view(setting, DEFAULT_RULE).setting  # recall at the epoch the claims read; kept sets at the last
+        candidates = (recall_table(read), ablation_table(read), reference_table(read), gain_table(read),
+                      purity_table(setting), selection_table(setting), tuned_table(setting),
+                      reproduction_table(read, published))
+        tables = [t for t in candidates if t is not None]
+        gain = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
+        figures = all_figures(setting, output / setting.slug, read)
+        lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
+        claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
+        sections.append(Section(setting, at_a_glance(read), tables, [f for f in figures if f not in lead], claims, metric,
+                                claims_selection(setting), room_lines(read) + parity_lines(read),
+                                claims_forest(claims, output / setting.slug, metric), board, lead,
+                                kept_section(setting, output / setting.slug), first_screen(setting, board)))
+    n_runs = sum(len(s.runs) for s in data.settings)
+    subtitle = (
+        f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "
+        f"{len(data.problems)} failed or missing cell(s) listed at the end."
+    )
+    return ReportContent("cirbench report", subtitle, sections, data.problems, _provenance(data))

@@ -1,0 +1,233 @@
+"""The leaderboard (:mod:`cirbench.report.analysis.leaderboard`) as HTML, Markdown, LaTeX (a
+``booktabs`` tabular for a paper) and a tidy CSV table (one row per cell)."""
+
+from __future__ import annotations
+
+import html
+import math
+import textwrap
+from typing import Callable
+
+import pandas as pd
+
+from cirbench.report.analysis.leaderboard import (
+    BEST, BETTER, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE, ZERO_SHOT,
+    LeaderCell, Leaderboard, LeaderRow, Stat,
+)
+from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.results.selection import DEFAULT_RULE
+
+LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
+TEX_MARKS: dict[str, str] = {BETTER: r"$\uparrow$", WORSE: r"$\downarrow$", UNSEPARATED: r"$\circ$"}
+BELOW_START_MARK = "§"
+UNRANKED_TITLE = "Not ranked: the perfect filter, the bound and the reference rows (not fine-tuned)"
+
+
+def _shows_recall(board: Leaderboard) -> bool:
+    return bool(board.recall) and board.recall != board.metric
+
+
+def _start_text(board: Leaderboard) -> str:
+    """``zero_shot``'s values of the board's columns, e.g. `` (47.10 · 63.20)``."""
+    values = [board.metric_start] + ([board.start] if _shows_recall(board) else [])
+    shown = [f"{v:.2f}" for v in values if math.isfinite(v)]
+    return f" ({' · '.join(shown)})" if shown else ""
+
+
+def legend(board: Leaderboard) -> str:
+    """The lines above the table: what each cell holds, at which epoch, and every mark (Markdown)."""
+    pair = f"**{board.metric}** (left) and {board.recall} (right)" if _shows_recall(board) else f"**{board.metric}**"
+    return (
+        f"Each cell: {pair}, {ON_VALIDATION}, percent, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+        f"{board.epochs}. "
+        f"Beside {board.metric}, its paired comparison with `{board.baseline}` at that noise rate by the claims' rule (both 95% "
+        f"intervals, over seeds and over queries, on one side of 0): {MARKS[BETTER]} better, {MARKS[WORSE]} worse, "
+        f"{MARKS[UNSEPARATED]} inconclusive. **Bold**: the best of its column, ahead of every other ranked method by "
+        "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead); the other tables "
+        "mark no lead this way. "
+        f"{BELOW_START_MARK} after a number: below `zero_shot`'s{_start_text(board)}, a fine-tune that ends below where "
+        f"it began. {COLLAPSE_MARK} collapsed on a seed. The perfect filter, the bound and the reference rows are never "
+        "ranked."
+        + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
+           "information real data does not come with." if any(TOLD_RATE in row.label for row in board.rows) else "")
+    )
+
+
+def metric_text(cell: LeaderCell) -> str:
+    """The claims' metric of a cell, e.g. ``41.74 ± 1.00``, with :data:`BELOW_START_MARK` when below ``zero_shot``'s."""
+    return format_mean(cell.metric.mean, cell.metric.std, cell.metric.n) + (BELOW_START_MARK if cell.metric_below_start else "")
+
+
+def recall_text(cell: LeaderCell) -> str:
+    """The R@10 of a cell, with :data:`BELOW_START_MARK` when below ``zero_shot``'s."""
+    return format_mean(cell.recall.mean, cell.recall.std, cell.recall.n) + (BELOW_START_MARK if cell.below_start else "")
+
+
+def cell_mark(cell: LeaderCell, marks: dict[str, str] = MARKS, collapse: str = COLLAPSE_MARK) -> str:
+    """The marks beside a cell's metric: its comparison with the baseline, and the collapse mark."""
+    return marks.get(cell.versus, "") + (collapse if cell.collapsed else "")
+
+
+def _pair(cell: LeaderCell | None, board: Leaderboard, emphasis: Callable[[str, str], str], mark: Callable[[LeaderCell], str],
+          recall: Callable[[LeaderCell], str]) -> list[str]:
+    """A cell's two printed parts (one without R@10 beside the metric): empty when absent."""
+    width = 2 if _shows_recall(board) else 1
+    if cell is None:
+        return [""] * width
+    metric = emphasis(metric_text(cell), cell.lead) + (f" {mark(cell)}" if mark(cell) else "")
+    return [metric, recall(cell)][:width]
+
+
+def _html_emphasis(text: str, lead: str) -> str:
+    text = html.escape(text)
+    return f"<b>{text}</b>" if lead == BEST else f"<u>{text}</u>" if lead == TIED else text
+
+
+def _row_html(row: LeaderRow, board: Leaderboard) -> str:
+    label = f'<td class="method">{html.escape(row.label)}</td>'
+    if row.span is not None:
+        width = len(board.rates) * (2 if _shows_recall(board) else 1)
+        text = metric_text(row.span) + (f" · {recall_text(row.span)}" if _shows_recall(board) else "")
+        return f'<tr class="{row.kind}">{label}<td class="span" colspan="{width}">{html.escape(text)} (at every noise rate)</td></tr>'
+    parts = []
+    for rate in board.rates:
+        pair = _pair(row.cells.get(rate), board, _html_emphasis, lambda c: f'<span class="mk">{html.escape(cell_mark(c))}</span>',
+                     lambda c: html.escape(recall_text(c)))
+        parts += [f'<td class="m">{pair[0]}</td>'] + [f'<td class="r">{p}</td>' for p in pair[1:]]
+    return f'<tr class="{row.kind.replace(" ", "-")}">{label}{"".join(parts)}</tr>'
+
+
+def leaderboard_html(board: Leaderboard) -> str:
+    """The leaderboard as an HTML table (the legend is rendered by the page)."""
+    width = 2 if _shows_recall(board) else 1
+    head = '<tr><th rowspan="2">Method</th>' + "".join(
+        f'<th colspan="{width}">{html.escape(rate_label(r))} noise</th>' for r in board.rates) + "</tr>"
+    names = [board.metric, board.recall][:width]
+    head += '<tr class="sub">' + "".join(f'<th class="{"m" if i == 0 else "r"}">{html.escape(n)}</th>'
+                                         for _ in board.rates for i, n in enumerate(names)) + "</tr>"
+    body = [_row_html(r, board) for r in board.ranked]
+    if board.unranked:
+        body.append(f'<tr class="unranked-title"><td colspan="{1 + width * len(board.rates)}">{html.escape(UNRANKED_TITLE)}</td></tr>')
+        body += [_row_html(r, board) for r in board.unranked]
+    return f'<table class="leaderboard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _md_emphasis(text: str, lead: str) -> str:
+    return f"**{text}**" if lead == BEST else f"<u>{text}</u>" if lead == TIED else text
+
+
+def leaderboard_markdown(board: Leaderboard) -> str:
+    """The leaderboard as a Markdown table, one column per noise rate (both numbers in it)."""
+    names = " · ".join([board.metric, board.recall][: 2 if _shows_recall(board) else 1])
+    lines = ["| Method | " + " | ".join(f"{rate_label(r)} noise: {names}" for r in board.rates) + " |",
+             "|:--|" + "--:|" * len(board.rates)]
+
+    def line(row: LeaderRow) -> str:
+        if row.span is not None:
+            text = metric_text(row.span) + (f" · {recall_text(row.span)}" if _shows_recall(board) else "")
+            cells = [f"{text} (at every noise rate)"] + [""] * (len(board.rates) - 1)
+        else:
+            cells = [" · ".join(p for p in _pair(row.cells.get(r), board, _md_emphasis, cell_mark, recall_text) if p)
+                     for r in board.rates]
+        return "| " + " | ".join([row.label, *cells]) + " |"
+
+    lines += [line(r) for r in board.ranked]
+    if board.unranked:
+        lines.append(f"| *{UNRANKED_TITLE}* |" + " |" * len(board.rates))
+        lines += [line(r) for r in board.unranked]
+    return "\n".join(lines)
+
+
+def _tex(text: str) -> str:
+    for raw, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                         ("±", r"$\pm$"), (BELOW_START_MARK, r"\S"), (COLLAPSE_MARK, r"$^\dagger$")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def leaderboard_tex(board: Leaderboard) -> str:
+    """The leaderboard as a LaTeX ``tabular`` (needs ``booktabs``), its legend in comments above."""
+    width = 2 if _shows_recall(board) else 1
+    legend_lines = legend(board).replace("**", "").replace("<u>", "").replace("</u>", "").replace("`", "")
+    for mark, tex in TEX_MARKS.items():
+        legend_lines = legend_lines.replace(MARKS[mark], tex)
+    out = ["% " + line for line in textwrap.wrap(legend_lines, 100)]
+    out += [r"\begin{tabular}{l" + "r" * (width * len(board.rates)) + "}", r"\toprule"]
+    out.append("Method & " + " & ".join(rf"\multicolumn{{{width}}}{{c}}{{{_tex(rate_label(r))}}}" for r in board.rates) + r" \\")
+    if width == 2:
+        out.append(" & " + " & ".join(f"{_tex(board.metric)} & {_tex(board.recall)}" for _ in board.rates) + r" \\")
+    out.append(r"\midrule")
+
+    def emphasis(text: str, lead: str) -> str:
+        return rf"\textbf{{{_tex(text)}}}" if lead == BEST else rf"\underline{{{_tex(text)}}}" if lead == TIED else _tex(text)
+
+    for i, row in enumerate(board.rows):
+        if i == len(board.ranked) and i:
+            out.append(r"\midrule")
+        if row.span is not None:
+            text = metric_text(row.span) + (f" / {recall_text(row.span)}" if _shows_recall(board) else "")
+            out.append(rf"{_tex(row.label)} & \multicolumn{{{width * len(board.rates)}}}{{c}}{{{_tex(text)}}} \\")
+            continue
+        cells = [p for r in board.rates for p in _pair(row.cells.get(r), board, emphasis,
+                                                        lambda c: cell_mark(c, TEX_MARKS, r"$^\dagger$"),
+                                                        lambda c: _tex(recall_text(c)))]
+        out.append(" & ".join([_tex(row.label), *cells]) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
+    """The leaderboard as data, one row per cell: its row's kind, method and label, the noise
+    rate (the bound: 0; a reference row: empty), both columns' mean, std and seeds, the
+    comparison with the baseline (column ``vs_<baseline>``), the lead and the marks."""
+    records = []
+    for row in board.rows:
+        cells = {0.0 if row.kind == "bound" else math.nan: row.span} if row.span is not None else row.cells
+        for rate, cell in cells.items():
+            records.append({
+                "kind": row.kind, "method": row.method, "label": row.label, "noise_rate": rate,
+                "metric": board.metric, "metric_mean": cell.metric.mean, "metric_std": cell.metric.std,
+                "recall": board.recall, "recall_mean": cell.recall.mean, "recall_std": cell.recall.std,
+                "n_seeds": cell.metric.n, f"vs_{board.baseline}": cell.versus, "lead": cell.lead,
+                "below_zero_shot": cell.below_start, "collapsed": cell.collapsed, "rule": board.rule,
+                "metric_below_zero_shot": cell.metric_below_start,
+            })
+    return pd.DataFrame.from_records(records)
+
+
+def board_from_frame(frame: pd.DataFrame, seeds: list[int]) -> Leaderboard:
+    """The leaderboard a ``leaderboard.csv`` holds (:func:`leaderboard_frame`'s inverse, enough
+    to render it), over ``seeds`` (which the file counts but does not name): what the README's block shows of a committed report. A file written before
+    the claims' metric was marked below ``zero_shot`` gets that mark from its ``zero_shot`` row."""
+    first = frame.iloc[0]
+    versus = next((c for c in frame.columns if c.startswith("vs_")), "vs_")
+    start = frame[(frame.kind == REFERENCE_ROW) & (frame.method == ZERO_SHOT)]
+    starts = (float(start.metric_mean.iloc[0]), float(start.recall_mean.iloc[0])) if len(start) else (math.nan, math.nan)
+
+    def text(value: object) -> str:
+        return "" if pd.isna(value) else str(value)
+
+    def cell(row) -> LeaderCell:
+        below = getattr(row, "metric_below_zero_shot", math.nan)
+        cell = LeaderCell(Stat(float(row.metric_mean), float(row.metric_std), int(row.n_seeds)),
+                          Stat(float(row.recall_mean), float(row.recall_std), int(row.n_seeds)),
+                          text(getattr(row, versus, "")), text(row.lead), bool(row.below_zero_shot), bool(row.collapsed))
+        cell.metric_below_start = (bool(below) if not pd.isna(below)
+                                   else row.kind != REFERENCE_ROW and cell.metric.mean < starts[0])
+        return cell
+
+    rows: dict[tuple[str, str], LeaderRow] = {}
+    for row in frame.itertuples(index=False):
+        key = (str(row.kind), str(row.label))
+        if key not in rows:
+            rows[key] = LeaderRow(str(row.kind), str(row.method), str(row.label))
+        if row.kind in (BOUND_ROW, REFERENCE_ROW):
+            rows[key].span = cell(row)
+        else:
+            rows[key].cells[float(row.noise_rate)] = cell(row)
+    rates = sorted({float(r) for r in frame.loc[frame.kind.isin([RANKED, PERFECT_FILTER]), "noise_rate"]})
+    rule = str(first["rule"])
+    epochs = CLAIMS_EPOCH if rule == DEFAULT_RULE else f"at the epoch the `{rule}` rule selects"
+    return Leaderboard(str(first.metric), text(first.recall), rates, list(rows.values()), rule, epochs, seeds, starts[1],
+                       versus[3:], starts[0])

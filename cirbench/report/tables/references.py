@@ -1,0 +1,29 @@
+"""The reference rows' table (:mod:`cirbench.report.analysis.references`): the starting
+model, the text-blind and text-only rankings and the bound, percent, never ranked."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean
+from cirbench.report.analysis.references import reference_stats
+from cirbench.report.tables.model import Cell, TableModel
+
+
+def reference_table(setting: Setting) -> TableModel | None:
+    """The reference rows as a table (percent, mean ± std over seeds), never ranked."""
+    stats = reference_stats(setting)
+    if stats.empty:
+        return None
+    columns = list(stats["mean"].columns)
+    rows = []
+    for i, name in enumerate(stats.index):
+        cells = [Cell(format_mean(float(stats.loc[name, ("mean", c)]), float(stats.loc[name, ("std", c)]),
+                              int(stats.loc[name, ("n", c)]) if pd.notna(stats.loc[name, ("n", c)]) else 0))
+                 for c in columns]
+        rows.append(("ref" if i == 0 else "", name, cells))
+    note = ("Not fine-tuned: zero_shot is the starting model, text_blind ranks by the reference image alone, text_only "
+            "by the text alone (the starting model's features). The bound is the baseline trained on the uncorrupted "
+            f"triplets, read {CLAIMS_EPOCH}. {ON_VALIDATION.capitalize()} (%). None of these is ranked.")
+    return TableModel("Reference rows", columns, rows, note)
