@@ -188,3 +188,5 @@ def test_the_report_never_ranks_them_and_keeps_them_apart(trained: Trained, tmp_
     build_report(trained.store.root, tmp_path / "reports")
     written = "".join(p.read_text() for p in (tmp_path / "reports").rglob("*") if p.suffix in (".md", ".csv", ".tex", ".html"))
     assert not any(label in written for label in labels) and "keeps_every_row" in written
+    first = (tmp_path / "reports" / "report.md").read_text().splitlines()[2]
+    assert f"{len(setting.runs)} completed cell(s) and {len(labels)} kept-set cell(s) in 1 setting(s)" in first

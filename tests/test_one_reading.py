@@ -8,13 +8,11 @@ first of two epochs and whose last epoch is 8 points lower."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from cirbench.report import load_results
-from cirbench.report.analysis.calibration import room_lines
 from cirbench.report.analysis.claims import VERDICT_RULE, Check, check_line, claims_intro, paper_claims
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, LAST_EPOCH, format_mean
 from cirbench.report.analysis.selection import rule_view

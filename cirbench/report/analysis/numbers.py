@@ -12,7 +12,7 @@ import pandas as pd
 
 from cirbench.report.analysis.load import Setting, final_epoch
 from cirbench.results.headline import (  # noqa: F401  (re-exported: the report's modules read them from here)
-    CIRR_AVG, FIQ_AVG, SUMMARY_GROUPS, SUMMARY_METRIC, headline_column, metric_groups, metric_label, wide_columns,
+    CIRR_AVG, FIQ_AVG, headline_column, metric_groups, wide_columns,
 )
 
 

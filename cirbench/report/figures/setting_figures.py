@@ -25,7 +25,7 @@ from cirbench.report.analysis.numbers import (
     validation_metrics, wide_columns,
 )
 from cirbench.report.analysis.references import reference_stats
-from cirbench.report.figures.figure_file import (  # noqa: F401  (DPI re-exported)
+from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
 )
 from cirbench.report.figures.palette import method_styles, reference_style

@@ -18,10 +18,11 @@ from cirbench.report.analysis.kept_worth import kept_worth
 from cirbench.report.analysis.leaderboard import Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.load import ReportData, Setting
 from cirbench.report.analysis.selection import rule_view
+from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.figures.forest import claims_forest
 from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.figures.kept_figure import kept_figure
-from cirbench.report.figures.setting_figures import FigureFile, all_figures
+from cirbench.report.figures.setting_figures import all_figures
 from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
 from cirbench.report.tables.kept_worth import decomposition_table, noise_type_table
 from cirbench.report.tables.model import TableModel
@@ -154,8 +155,10 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                                 claims_forest(claims, output / setting.slug, metric), board, lead,
                                 kept_section(setting, output / setting.slug), first_screen(setting, board)))
     n_runs = sum(len(s.runs) for s in data.settings)
+    n_kept = sum(len(s.kept_sets.runs) for s in data.settings if s.kept_sets is not None)
+    kept = f" and {n_kept} kept-set cell(s)" if n_kept else ""
     subtitle = (
-        f"{n_runs} completed cell(s) in {len(data.settings)} setting(s); "
+        f"{n_runs} completed cell(s){kept} in {len(data.settings)} setting(s); "
         f"{len(data.problems)} failed or missing cell(s) listed at the end."
     )
     return ReportContent("cirbench report", subtitle, sections, data.problems, _provenance(data))
