@@ -19,8 +19,9 @@ from cirbench.backbones.registry import BACKBONES
 from cirbench.engine.cell import CellOutcome
 from cirbench.engine.grid import Grid
 from cirbench.engine.spec import GridSpec, backbone_label, dataset_label
-from cirbench.report.analysis.reproduce_check import (Verdict, Wanted, check_same_start, compare, final_metrics, load_reference,
-                                             setting_of)
+from cirbench.report.analysis.reproduce_check import (
+    Verdict, Wanted, check_same_start, compare, final_metrics, load_reference, setting_of,
+)
 from cirbench.results.metrics import REPRODUCED
 from cirbench.results.store import ResultsStore
 

@@ -39,7 +39,6 @@ from cirbench.results.selection import DEFAULT_RULE
 
 RECALL_COLUMNS: tuple[str, ...] = (FASHIONIQ_AVERAGE.part_column(RECALL), metric_label(RECALL))
 """The R@10 shown beside the claims' metric: FashionIQ's category average, else the ``all`` group's."""
-ZERO_SHOT = ZERO_SHOT_ROW
 BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"
 VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNSEPARATED}
 """The verdict of ``method - baseline > 0`` as the leaderboard names it."""
@@ -181,7 +180,7 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
     recall = next((c for c in RECALL_COLUMNS if c in per_run.columns), None)
     stats = summarize(view.setting, per_run[list(dict.fromkeys(c for c in (metric, recall) if c))])
     references = reference_stats(view.setting)
-    start = _stat(references, ZERO_SHOT, metric).mean, _stat(references, ZERO_SHOT, recall).mean
+    start = _stat(references, ZERO_SHOT_ROW, metric).mean, _stat(references, ZERO_SHOT_ROW, recall).mean
     judge = recall_judge(view.setting, n_resamples, seed)
     rows = [LeaderRow(PERFECT_FILTER if m in setting.oracles else RANKED, m, setting.label(m),
                       _cells(setting, stats, m, (metric, recall), start, judge)) for m in setting.methods]

@@ -11,11 +11,12 @@ from typing import Callable
 import pandas as pd
 
 from cirbench.report.analysis.leaderboard import (
-    BEST, BETTER, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE, ZERO_SHOT,
+    BEST, BETTER, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE,
     LeaderCell, Leaderboard, LeaderRow, Stat,
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
@@ -202,7 +203,7 @@ def board_from_frame(frame: pd.DataFrame, seeds: list[int]) -> Leaderboard:
     the claims' metric was marked below ``zero_shot`` gets that mark from its ``zero_shot`` row."""
     first = frame.iloc[0]
     versus = next((c for c in frame.columns if c.startswith("vs_")), "vs_")
-    start = frame[(frame.kind == REFERENCE_ROW) & (frame.method == ZERO_SHOT)]
+    start = frame[(frame.kind == REFERENCE_ROW) & (frame.method == ZERO_SHOT_ROW)]
     starts = (float(start.metric_mean.iloc[0]), float(start.recall_mean.iloc[0])) if len(start) else (math.nan, math.nan)
 
     def text(value: object) -> str:
