@@ -236,6 +236,7 @@ def method_role(cls: type[Method]) -> str:
     return str(vars(cls).get("role", ""))
 
 
-METHOD_CONTRACT = Contract(Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput")
-"""A method plugin: a :class:`Method` subclass with a ``name`` that implements
-``training_step``; its registry holds the class (one per discovery: :mod:`cirbench.plugins`)."""
+METHOD_CONTRACT = Contract(Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput", separator=":")
+"""A method plugin: a :class:`Method` subclass with a ``name`` (without ``:``, the separator
+of ``name:variant`` and ``replay:name``) that implements ``training_step``; its registry
+holds the class (one per discovery: :mod:`cirbench.plugins`)."""
