@@ -76,7 +76,8 @@ def _check_device(method: str, field: str, value: Any, device: torch.device | No
     if not isinstance(value, torch.Tensor) or device is None:
         return
     here = value.device
-    if here.type != "meta" and (here == device or (also_cpu and here.type == "cpu")):
+    same = here.type == device.type and (device.index is None or here.index == device.index)  # "cuda" is "cuda:0"
+    if here.type != "meta" and (same or (also_cpu and here.type == "cpu")):
         return
     wants = f"on the batch's device ({device}{', or the CPU' if also_cpu else ''})"
     raise _breach(method, field, wants, f"{described(value)} on {here}", where,
