@@ -181,7 +181,9 @@ def _train_steps(method: Method, optimization: tuple, config: MethodConfig, make
                  batches: list[np.ndarray], epoch: int, step: int, parallel: bool, record: EpochRecorder,
                  hooks: TrainingHooks) -> tuple[int, float]:
     """An epoch's steps: each batch built, its step taken (``optimization``: the optimizer and
-    its scheduler) and recorded; the next step's number and the seconds in the steps."""
+    its scheduler) and recorded, then the epoch's kept set checked not empty
+    (:func:`~cirbench.engine.step_rules.check_epoch_kept`); the next step's number and the
+    seconds in the steps."""
     seconds = 0.0
     for index in batches:
         hooks.batch_start(epoch, step)
@@ -194,6 +196,7 @@ def _train_steps(method: Method, optimization: tuple, config: MethodConfig, make
         hooks.step_end(epoch, step, out)
         record.record_step(epoch, step, index, out)
         step += 1
+    check_epoch_kept(method.name, *record.decided(), epoch)
     return step, seconds
 
 
@@ -253,7 +256,6 @@ def train_cell(
                                      hooks.epoch_batches(epoch, epoch_batches(n, batch_size, seed, epoch)), epoch, step,
                                      parallel, record, hooks)
         model_seconds += seconds
-        check_epoch_kept(method.name, *record.decided(), epoch)
         record.end_epoch(epoch, step, *_evaluate_epoch(method, dataset, tokens, val_texts, holdout, holdout_texts, device,
                                                        evaluated_targets, epoch, hooks))
     return TrainResult(record.tables(), record.final, step, model_seconds, time.perf_counter() - started, method,
