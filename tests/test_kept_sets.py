@@ -217,7 +217,8 @@ def test_a_source_rerun_to_the_same_decisions_keeps_its_replay(trained: Trained,
     replay = store.read("runs", [trained.run_id("replay:template_per_batch")]).iloc[0]
     assert json.loads(replay.kept_set_source_decisions).keys() == {"0", "1"}  # a digest per epoch replayed
     old = _rewrite_source(store, source, lambda rows: rows.assign(score=rows.score + 5.7e-6))
-    assert json.loads(store.read("runs", [source.run_id]).parts[0])["scores"]["sha256"] != json.loads(old["parts"])["scores"]["sha256"]
+    new_parts = json.loads(store.read("runs", [source.run_id]).parts[0])
+    assert new_parts["scores"]["sha256"] != json.loads(old["parts"])["scores"]["sha256"]
     assert {o.status for o in run_grid(grid)} == {"skipped"}
     assert not (tmp_path / "results" / "quarantine").exists()
     verified = CliRunner().invoke(app, ["results", "verify", "--results", str(tmp_path / "results")])
