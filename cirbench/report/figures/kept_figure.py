@@ -153,8 +153,8 @@ def _alt(worth: KeptWorth, points: pd.DataFrame, rates: list[float]) -> str:
     parts = []
     for rate in rates:
         here = points[points.noise_rate == rate].groupby(["kind", "method"])[["purity", "metric"]].mean()
-        words = [f"{_words(kind, worth.setting.label(method))} {p:.0f}% pure: {m:.1f}"
-                 for (kind, method), (p, m) in here.iterrows()
+        marked = lambda kind, method: worth.setting.label(method) if kind in (METHOD_POINT, REPLAY) else method  # noqa: E731
+        words = [f"{_words(kind, marked(kind, method))} {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
                  if kind != NOISE_TYPE]
         parts.append(f"at {rate_label(rate)}: " + "; ".join(words))
     return (f"Scatter of {worth.metric} and {worth.recall} against the kept set's purity, with the frontier as a dashed "
