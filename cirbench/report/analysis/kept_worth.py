@@ -45,6 +45,8 @@ from cirbench.results.selection import DEFAULT_RULE
 WORTH_TITLE = "What a kept set is worth"
 NONE_LINE = ("No frontier or replay cells in these results, so what a kept set is worth is not measured here: "
              "`cirbench run --frontier --replay METHODS` makes them (docs/kept-sets.md).")
+STALE_LINE = ("No frontier cell and no replay true to its source in these results, so what a kept set is worth is not "
+              "measured here.")
 BASELINE_POINT, PERFECT_POINT, METHOD_POINT = "baseline", "perfect filter", "method"
 POINT_KINDS: tuple[str, ...] = (BASELINE_POINT, FRONTIER, PERFECT_POINT, METHOD_POINT, REPLAY, NOISE_TYPE)
 """What a point of the chart is: the frontier's (the baseline, a frontier cell, the perfect
@@ -281,5 +283,5 @@ def kept_worth(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, 
     worth.splits = _splits(worth, judge)
     worth.costs = _costs(worth, judge, purity_at(view.setting.purity, view.epochs))
     if not worth.drawn:
-        worth.none = " ".join([NONE_LINE, *worth.left_out])
+        worth.none = " ".join([STALE_LINE, *worth.left_out]) if worth.left_out else NONE_LINE
     return worth
