@@ -57,5 +57,5 @@ def test_the_report_marks_it_in_words(grid: Path, tmp_path: Path) -> None:
     assert "A method marked (told the noise rate) read the configured noise rate, which no other method is given" in page
     assert "sprc (told the noise rate)" not in page
     assert "forget_rate (told the noise rate)'s replay 92% pure" in page  # the chart's words, for its replay too
-    decomposition = page.split("What a kept set is worth: filter and other terms", 1)[1].split("\n#", 1)[0]
-    assert "| forget_rate (told the noise rate) |" in decomposition
+    decomposition = page.split("| Noise | Method | Purity (%) | method - sprc |", 1)[1].split("\n\n", 1)[0]
+    assert "| 20% | forget_rate (told the noise rate) |" in decomposition  # its row, its filter being its replay's

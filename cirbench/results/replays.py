@@ -8,7 +8,8 @@ scores). Every reader checks it against what the source's record holds now
 reports it and exits non-zero, the report leaves it out of what a kept set is worth. A
 source re-run to the same decisions (its floats a little different) leaves its replay
 valid. A replay recorded before the digest was (the column empty) is checked as it was
-then: against the sha256 of the source's ``scores`` part.
+then: against the sha256 of the source's ``scores`` part; one that records neither (written
+by other tools) cannot be checked, and stands.
 
 This module reads with pyarrow and pandas alone (no torch), like :mod:`cirbench.results.verify`.
 """
@@ -91,10 +92,10 @@ def stale_replay(root: Path | str, run_id: str, row: dict | None = None) -> str 
                 f"epoch(s) {', '.join(changed)} than the replay {run_id} trained on")
     now_sha = str((recorded_parts(source_row) or {}).get("scores", {}).get("sha256", ""))
     then_sha = str(row.get("kept_set_source_sha256") or "")
-    if now_sha == then_sha:
+    if not then_sha or now_sha == then_sha:  # nothing recorded to compare with: the record stands
         return None
     return (f"stale replay: its source {source} was re-run since and recorded another kept set (scores sha256 "
-            f"{then_sha[:12] or 'none'} when replayed, {now_sha[:12]} now; the replay {run_id} predates the decisions' digest)")
+            f"{then_sha[:12]} when replayed, {now_sha[:12]} now; the replay {run_id} predates the decisions' digest)")
 
 
 def stale_replays(root: Path | str, run_ids: list[str]) -> dict[str, str]:
