@@ -1,14 +1,15 @@
 """What checking every training step against the method contract costs
 (:mod:`cirbench.engine.step_rules`): per method, the median wall time of a step of a default
-cell and of the check of that step's output, and their ratio (issue 58 asks for at most 1%).
+cell and of the checks of that step (its output's, and the batch's: the guard noted before
+the step and checked after it), and their ratio (issues 58 and 66 ask for at most 1%).
 
     python benchmarks/step_rules_cost.py                          # sprc, conesep, hug at 50% noise
     python benchmarks/step_rules_cost.py --methods sprc --max-steps 40
 
 The grid is the default ``cirbench run`` builds (``shapes``, ``tiny``, its held-out share);
 each cell trains its first ``--max-steps`` steps (:mod:`cirbench.engine.hooks`), and after
-each step the check of its output is timed again on its own, ``--repeats`` times (the step's
-own time includes one check). One thread, as a cell in a worker process; run it by hand on
+each step the checks of its output and of its batch are timed again on their own,
+``--repeats`` times (the step's own time includes them once). One thread, as a cell in a worker process; run it by hand on
 an idle machine (``tests/test_benchmarks.py`` runs it on ``shapes-mini`` only to see that
 it works).
 """
@@ -16,6 +17,7 @@ it works).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -27,23 +29,23 @@ from _profiling import default_spec
 from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid
 from cirbench.engine.hooks import TrainingHooks
-from cirbench.engine.step_rules import check_step
-from cirbench.method import StepOutput
+from cirbench.engine.step_rules import BatchGuard, check_step
+from cirbench.method import Batch, Method, StepOutput
 
 
 class StepAndCheckTimer(TrainingHooks):
-    """Each step's wall time, and the time of checking its output again (the mean of ``repeats``)."""
+    """Each step's wall time, and the time of checking its output and its batch again (the
+    mean of ``repeats``); the step's batch is handed over by :func:`showing_batches`."""
 
     def __init__(self, method: str, max_steps: int, repeats: int) -> None:
         self.method, self.max_steps, self.repeats = method, max_steps, repeats
         self.steps: list[float] = []
         self.checks: list[float] = []
         self._started = 0.0
-        self._sizes: list[int] = []
+        self.batch: Batch | None = None
 
     def epoch_batches(self, epoch: int, batches: list) -> list:
-        """The epoch's first ``max_steps`` batches, whose sizes the checks are given."""
-        self._sizes = [len(b) for b in batches[:self.max_steps]]
+        """The epoch's first ``max_steps`` batches."""
         return batches[:self.max_steps]
 
     def step_start(self, epoch: int, step: int) -> None:
@@ -51,13 +53,23 @@ class StepAndCheckTimer(TrainingHooks):
         self._started = time.perf_counter()
 
     def step_end(self, epoch: int, step: int, out: StepOutput) -> None:
-        """The step's time, then its output checked ``repeats`` times."""
+        """The step's time, then its output and its batch checked ``repeats`` times."""
         self.steps.append(time.perf_counter() - self._started)
-        n = self._sizes[step]  # one epoch: the step counts its batches
         start = time.perf_counter()
         for _ in range(self.repeats):
-            check_step(self.method, out, n, epoch, step)
+            guard = BatchGuard(self.batch)  # before the step
+            guard.check(self.method, epoch, step)  # after it
+            check_step(self.method, out, self.batch, epoch, step)
         self.checks.append((time.perf_counter() - start) / self.repeats)
+
+
+def showing_batches(cls: type[Method], timer: StepAndCheckTimer) -> type[Method]:
+    """``cls`` unchanged but for handing each step's batch to ``timer``."""
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        timer.batch = batch
+        return cls.training_step(self, batch, epoch, step)
+
+    return type(cls.__name__, (cls,), {"training_step": training_step, "__module__": cls.__module__})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,10 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             timer = StepAndCheckTimer(method, args.max_steps, args.repeats)
             grid.resources.hooks = timer
             (cell,) = grid.cells
+            cell = dataclasses.replace(cell, method_cls=showing_batches(cell.method_cls, timer))
             outcome = run_cell(grid.resources, cell, lambda info: None, announce=lambda message: None)
             step, check = statistics.median(timer.steps[1:] or timer.steps), statistics.median(timer.checks)
             print(f"{method} {args.noise:g}: {outcome.status}, {len(timer.steps)} steps, step {1e3 * step:.1f} ms, "
-                  f"contract check {1e6 * check:.1f} us, check / step {check / step:.3%}")
+                  f"contract checks {1e6 * check:.1f} us, checks / step {check / step:.3%}")
 
 
 if __name__ == "__main__":

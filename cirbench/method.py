@@ -13,6 +13,13 @@ once per cell with a fresh backbone, hands it :class:`Batch` objects, and calls:
 - :meth:`Method.encode_queries`, :meth:`Method.encode_targets` and
   :meth:`Method.similarity` for retrieval, so the evaluator stays method-agnostic.
 
+Every step's output is checked before it is applied (:mod:`cirbench.engine.step_rules`): a
+finite scalar loss that requires grad, a boolean mask and finite float scores of the batch's
+length, all on the batch's device; the :class:`Batch` is read-only (a tensor of it changed in
+place, before or after the loss, is refused naming the field); a method that decides keeps at
+least one row in every epoch. A method's ``name`` may not hold ``:``, the separator of the
+harness's labels (``name:variant``, ``replay:name``).
+
 Methods never see the ground-truth noise flags: a :class:`Batch` carries ids, cached image
 tokens and (possibly corrupted) texts. Only a method that sets ``oracle = True`` is given
 the flags, in :attr:`TrainingContext.noise_flags`, and its results are marked as oracle.
@@ -91,8 +98,9 @@ class MethodConfig:
 
 @dataclass
 class Batch:
-    """One training batch. ``index`` holds positions in the training split (stable ids for
-    per-sample state); ``reference``/``target`` are frozen-tower tokens (B, P, D_v)."""
+    """One training batch, read-only to a method (copy a tensor before changing it). ``index``
+    holds positions in the training split (stable ids for per-sample state);
+    ``reference``/``target`` are frozen-tower tokens (B, P, D_v)."""
 
     index: torch.Tensor
     reference: torch.Tensor
@@ -236,6 +244,7 @@ def method_role(cls: type[Method]) -> str:
     return str(vars(cls).get("role", ""))
 
 
-METHOD_CONTRACT = Contract(Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput")
-"""A method plugin: a :class:`Method` subclass with a ``name`` that implements
-``training_step``; its registry holds the class (one per discovery: :mod:`cirbench.plugins`)."""
+METHOD_CONTRACT = Contract(Method, "training_step", "training_step(self, batch, epoch, step) -> StepOutput", separator=":")
+"""A method plugin: a :class:`Method` subclass with a ``name`` (without ``:``, the separator
+of ``name:variant`` and ``replay:name``) that implements ``training_step``; its registry
+holds the class (one per discovery: :mod:`cirbench.plugins`)."""

@@ -43,12 +43,15 @@ def _itself(cls: type) -> type:
 class Contract:
     """What a plugin class of a kind is: a subclass of ``base`` with a ``name`` that overrides
     ``required`` (called as ``signature``); ``make`` turns the class into what the registry
-    holds (the class itself, or an object built with no arguments)."""
+    holds (the class itself, or an object built with no arguments). ``separator``: a
+    character the harness joins the kind's names with (a method's ``:`` of ``name:variant``,
+    ``replay:name``), which a name may not hold."""
 
     base: type
     required: str
     signature: str
     make: Callable[[type], Any] = _itself
+    separator: str = ""
 
 
 def overrides(cls: type, base: type, attribute: str) -> bool:
@@ -79,6 +82,11 @@ class Registry(Generic[T]):
             return f"{source}: class {getattr(cls, '__qualname__', cls)!r} is not a {bases} subclass"
         if not isinstance(getattr(cls, "name", None), str):
             return f"{source}: class {cls.__qualname__} ({self.kind}) has no `name`"
+        if contract.separator and contract.separator in cls.name:
+            suggestion = cls.name.replace(contract.separator, "_")
+            return (f"{source}: class {cls.__qualname__} ({self.kind} {cls.name!r}): a {self.kind} name may not hold "
+                    f"{contract.separator!r}, the harness's separator of a label's parts (name:variant, replay:name, "
+                    f"name:trial<k>); rename it, e.g. {suggestion!r}")
         if not overrides(cls, contract.base, contract.required):
             return f"{source}: class {cls.__qualname__} ({self.kind} {cls.name!r}) does not implement {contract.signature}"
         return None

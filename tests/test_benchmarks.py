@@ -44,7 +44,7 @@ def test_cell_profile_prints_each_cells_parts(scripts, cache_dir: Path, tmp_path
 def test_step_rules_cost_prints_each_methods_ratio(scripts, cache_dir: Path, tmp_path: Path, capsys) -> None:
     scripts("step_rules_cost").main(["--methods", "sprc,oracle", "--dataset", "shapes-mini", "--max-steps", "2",
                                      "--repeats", "2", "--cache-dir", str(cache_dir), "--output", str(tmp_path / "r")])
-    lines = [line for line in capsys.readouterr().out.splitlines() if "check / step" in line]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "checks / step" in line]
     assert [line.split()[0] for line in lines] == ["sprc", "oracle"] and all("completed, 2 steps" in line for line in lines)
 
 

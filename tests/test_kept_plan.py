@@ -39,6 +39,15 @@ def test_the_frontier_is_made_only_above_each_rates_clean_share(tmp_path: Path) 
     assert frontier.method_cls.name == "oracle" and frontier.kept.kind == "frontier" and frontier.kept.purity == 0.6
 
 
+def test_a_purity_asked_for_twice_is_planned_once(tmp_path: Path) -> None:
+    """Issue 66: ``--frontier-purity 0.8,0.8`` plans each cell once (it planned it twice: one row
+    stored, a "locked" and a "completed" line shown), and says so."""
+    twice, once = _grid(tmp_path, frontier=[0.8, 0.8, 0.6]), _grid(tmp_path, frontier=[0.8, 0.6])
+    assert [c.key.run_id for c in twice.cells] == [c.key.run_id for c in once.cells]
+    assert len({c.key.run_id for c in twice.cells}) == len(twice.cells)
+    assert "frontier:p0.8 asked for 2 times: planned once" in twice.skipped
+
+
 @pytest.mark.parametrize("purity, message", [
     (1.0, "p = 1 is the perfect filter's own cell"), (1.2, r"--frontier-purity 1.2 is outside \(0, 1\)"),
     (0.0, r"--frontier-purity 0 is outside \(0, 1\)"),

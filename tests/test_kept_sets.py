@@ -19,11 +19,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from cirbench.cli import app
 from cirbench.engine.grid import Grid, GridSpec
 from cirbench.engine.runner import run_grid
 from cirbench.report import build_report
+from cirbench.report.analysis.kept_worth import kept_worth
 from cirbench.report.analysis.load import load_results
+from cirbench.report.tables.kept_worth import decomposition_table
 from cirbench.results.store import MAIN_SCORE, TABLES, ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,3 +194,56 @@ def test_the_report_never_ranks_them_and_keeps_them_apart(trained: Trained, tmp_
     assert not any(label in written for label in labels) and "keeps_every_row" in written
     first = (tmp_path / "reports" / "report.md").read_text().splitlines()[2]
     assert f"{len(setting.runs)} completed cell(s) and {len(labels)} kept-set cell(s) in 1 setting(s)" in first
+
+
+def _rewrite_source(store: ResultsStore, source, change) -> dict:
+    """Re-record ``source``'s cell with ``change`` applied to its main score's ``scores`` rows
+    (as a re-run with ``--overwrite`` would); its old ``runs`` row."""
+    tables = {table: store.read(table, [source.run_id]) for table in TABLES if table != "runs"}
+    main = tables["scores"].score_name == MAIN_SCORE
+    tables["scores"].loc[main] = change(tables["scores"].loc[main].copy())
+    row = store.read("runs", [source.run_id]).iloc[0].to_dict()
+    store.write_run(source, {k: v for k, v in row.items() if k != "parts"}, tables)
+    assert store.is_complete(source.run_id)
+    return row
+
+
+def test_a_source_rerun_to_the_same_decisions_keeps_its_replay(trained: Trained, cache_dir: Path, tmp_path: Path) -> None:
+    """Issue 66: the source's float scores differ (as between a two-worker grid and a single
+    cell), its kept/dropped decisions do not: the replay stays valid, nothing is redone."""
+    shutil.copytree(trained.store.root.parent, tmp_path, dirs_exist_ok=True)
+    grid = Grid(_spec(tmp_path, cache_dir))
+    store, source = grid.store, next(c.key for c in grid.cells if c.key.method == "template_per_batch")
+    replay = store.read("runs", [trained.run_id("replay:template_per_batch")]).iloc[0]
+    assert json.loads(replay.kept_set_source_decisions).keys() == {"0", "1"}  # a digest per epoch replayed
+    old = _rewrite_source(store, source, lambda rows: rows.assign(score=rows.score + 5.7e-6))
+    new_parts = json.loads(store.read("runs", [source.run_id]).parts[0])
+    assert new_parts["scores"]["sha256"] != json.loads(old["parts"])["scores"]["sha256"]
+    assert {o.status for o in run_grid(grid)} == {"skipped"}
+    assert not (tmp_path / "results" / "quarantine").exists()
+    verified = CliRunner().invoke(app, ["results", "verify", "--results", str(tmp_path / "results")])
+    assert verified.exit_code == 0 and "every replay true to its source" in " ".join(verified.output.split())
+
+
+def test_a_source_rerun_to_other_decisions_makes_verify_and_the_report_call_its_replay_stale(
+        trained: Trained, cache_dir: Path, tmp_path: Path) -> None:
+    """Issue 66: ``results verify`` names the stale replay and its source and exits 1; the
+    report leaves the replay out of what a kept set is worth with a note naming the command."""
+    shutil.copytree(trained.store.root.parent, tmp_path, dirs_exist_ok=True)
+    grid = Grid(_spec(tmp_path, cache_dir))
+    store, source = grid.store, next(c.key for c in grid.cells if c.key.method == "template_per_batch")
+    replay_id = trained.run_id("replay:template_per_batch")
+    flip = lambda rows: rows.assign(selected_clean=~rows.selected_clean.astype(bool))  # noqa: E731
+    _rewrite_source(store, source, flip)
+    verified = CliRunner().invoke(app, ["results", "verify", "--results", str(tmp_path / "results")])
+    said = "".join(verified.output.split())
+    assert verified.exit_code == 1, verified.output
+    assert "".join(f"cell {replay_id}: stale replay: its source {source.run_id} was re-run since".split()) in said
+    assert "1stalereplay(s)" in said
+    worth = kept_worth(load_results(tmp_path / "results").settings[0], n_resamples=20)
+    assert replay_id not in worth.points.index and trained.run_id("replay:oracle") in worth.points.index
+    assert [s.method for s in worth.splits] == ["keeps_every_row"]  # template_per_batch's row needs its replay: left out
+    (note,) = worth.left_out
+    assert note.startswith("`replay:template_per_batch` at 50%, seed 0 left out: stale replay: its source")
+    assert f"`cirbench run` of its grid with `--replay template_per_batch --output {tmp_path / 'results'}` redoes it" in note
+    assert note in decomposition_table(worth).note  # the report's decomposition says so under its table

@@ -18,6 +18,10 @@ from cirbench.cli import app
 
 BROKEN = Path(__file__).resolve().parent / "broken_plugins"
 NAMED_SPRC = BROKEN / "names" / "named_sprc.py"
+SEPARATOR = BROKEN / "names" / "replay_tme.py"
+SEPARATOR_RULE = ("class ReplayTme (method 'replay:tme'): a method name may not hold ':', the harness's separator of a "
+                  "label's parts")
+READ_ONLY = "must be left as the harness gave it (the batch is read-only)"
 MASK, SCORE = "must be None or a boolean mask of the batch's length", "must be None or a finite float vector of the batch's length"
 CASES: dict[str, tuple[str, ...]] = {
     # method: the words its refusal holds after "method '<name>': ", in order
@@ -25,9 +29,9 @@ CASES: dict[str, tuple[str, ...]] = {
                      "nothing is cast"),
     "short_mask": (f"StepOutput.selected_clean {MASK}", "got a torch.bool tensor", "at epoch 0, step 0"),
     "late_short_mask": (f"StepOutput.selected_clean {MASK}", "got a torch.bool tensor", "at epoch 0, step 1"),
-    "detached_loss": ("StepOutput.loss must be a scalar tensor that requires grad",
+    "detached_loss": ("StepOutput.loss must be a finite scalar tensor that requires grad",
                       "got a torch.float32 tensor of shape () that does not require grad", "at epoch 0, step 0"),
-    "vector_loss": ("StepOutput.loss must be a scalar tensor that requires grad", "got a torch.float32 tensor of shape (",
+    "vector_loss": ("StepOutput.loss must be a finite scalar tensor that requires grad", "got a torch.float32 tensor of shape (",
                     "at epoch 0, step 0", "e.g. .mean()"),
     "nan_score": (f"StepOutput.noise_score {SCORE}", "got a torch.float32 tensor", "at epoch 0, step 0", "1 NaN value"),
     "rank_score": (f"StepOutput.noise_score {SCORE}", "got a torch.int64 tensor", "at epoch 0, step 0"),
@@ -37,6 +41,15 @@ CASES: dict[str, tuple[str, ...]] = {
                       "at epoch 0, step 0"),
     "short_partition": ("Partition.selected_clean must be a boolean mask of the training split's length",
                         "got a numpy bool array", "at epoch 0 (on_epoch_start"),
+    # issue 66: what a plugin could break silently, or from a later step
+    "nan_late_loss": ("StepOutput.loss must be a finite scalar tensor that requires grad", "of value nan",
+                      "at epoch 0, step 3"),
+    "later_short_mask": (f"StepOutput.selected_clean {MASK}", "got a torch.bool tensor", "at epoch 0, step 2"),
+    "empty_kept_set": ("the epoch's kept set", "must hold at least one row", "got 0 of", "kept at the end of epoch 0"),
+    "batch_in_place": (f"Batch.reference {READ_ONLY}", "changed in place", "at epoch 0, step 0", "batch.reference.clone()"),
+    "batch_after_loss": (f"Batch.target {READ_ONLY}", "changed in place", "at epoch 0, step 0", "batch.target.clone()"),
+    "batch_data_edit": (f"Batch.reference {READ_ONLY}", "changed in place", "at epoch 0, step 0"),
+    "meta_mask": ("StepOutput.selected_clean must be on the batch's device (cpu)", "on meta", "at epoch 0, step 0"),
 }
 SHORT = re.compile(r"\((\d+),\); got a [^;]*? of shape \((\d+),\)")
 """A length breach's wanted and given lengths."""
@@ -61,7 +74,7 @@ def assert_refusal(method: str, message: str) -> None:
         found = message.find(words, at)
         assert found >= 0, f"{words!r} not after position {at} of: {message}"
         at = found + len(words)
-    if method.startswith(("short", "late_short")):
+    if method.startswith(("short", "late_short", "later_short")):
         wanted, given = map(int, SHORT.search(message).groups())
         assert given == wanted - 1, message
 
@@ -138,4 +151,19 @@ def test_a_taken_name_is_refused_by_a_grid_before_any_work(command: list[str], t
     assert result.exit_code == 2, result.output
     assert squashed(f"--plugin {NAMED_SPRC}: method 'sprc' has the name of method 'sprc' of built-in sprc.py") in squashed(
         result.output)
+    assert not out.exists()
+
+
+def test_a_name_with_the_separator_is_refused_by_check_plugin_naming_the_rule(cache_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["check-plugin", str(SEPARATOR), "--cache-dir", str(cache_dir)])
+    assert result.exit_code == 1 and squashed(SEPARATOR_RULE) in squashed(result.output), result.output
+    listed = CliRunner().invoke(app, ["list", "methods", "--plugin", str(SEPARATOR)])
+    assert "│ replay:tme" not in listed.output and squashed(SEPARATOR_RULE) in squashed(listed.output)
+
+
+def test_a_name_with_the_separator_is_refused_by_a_grid_before_any_work(tmp_path: Path, cache_dir: Path) -> None:
+    out = tmp_path / "results"
+    result = CliRunner().invoke(app, ["run", "--plugin", str(SEPARATOR), "--methods", "sprc", "--noise", "0.5", "--dataset",
+                                      "shapes-mini", "--output", str(out), "--cache-dir", str(cache_dir)])
+    assert result.exit_code == 2 and squashed(SEPARATOR_RULE) in squashed(result.output), result.output
     assert not out.exists()

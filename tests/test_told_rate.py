@@ -19,13 +19,16 @@ RATES = (0.2, 0.5)
 
 @pytest.fixture(scope="module")
 def grid(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The results folder of forget_rate and sprc at 20% and 50% noise on shapes-mini."""
+    """The results folder of forget_rate, its replay and sprc at 20% and 50% noise on shapes-mini."""
     out = tmp_path_factory.mktemp("told") / "results"
     result = CliRunner().invoke(app, ["run", "--plugin", str(EXAMPLE), "--methods", "forget_rate,sprc", "--noise",
                                       ",".join(map(str, RATES)), "--dataset", "shapes-mini", "--epochs", "1",
-                                      "--batch-size", "64", "--output", str(out), "--cache-dir", str(cache_dir)],
-                                catch_exceptions=False)
+                                      "--batch-size", "64", "--output", str(out), "--cache-dir", str(cache_dir),
+                                      "--replay", "forget_rate"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    # the summary table marks the method and its replay, whose kept set was chosen with the rate (issue 66)
+    assert "".join("replay:forget_rate (told the noise rate)".split()) in "".join(
+        c for c in result.output if c not in " \n│")
     return out
 
 
@@ -42,7 +45,8 @@ def test_it_trains_with_the_rate_of_each_cell(grid: Path) -> None:
 def test_the_runs_table_records_who_was_told(grid: Path) -> None:
     runs = pd.read_parquet(grid / "runs")
     assert dict(zip(runs.method, runs.reads_noise_rate)) == {"forget_rate": True, "sprc": False, "zero_shot": False,
-                                                           "text_only": False, "text_blind": False}
+                                                           "text_only": False, "text_blind": False,
+                                                           "replay:forget_rate": True}  # inherited from its source
 
 
 def test_the_report_marks_it_in_words(grid: Path, tmp_path: Path) -> None:
@@ -52,3 +56,6 @@ def test_the_report_marks_it_in_words(grid: Path, tmp_path: Path) -> None:
     assert "forget_rate (told the noise rate)" in page
     assert "A method marked (told the noise rate) read the configured noise rate, which no other method is given" in page
     assert "sprc (told the noise rate)" not in page
+    assert "forget_rate (told the noise rate)'s replay 92% pure" in page  # the chart's words, for its replay too
+    decomposition = page.split("| Noise | Method | Purity (%) | method - sprc |", 1)[1].split("\n\n", 1)[0]
+    assert "| 20% | forget_rate (told the noise rate) |" in decomposition  # its row, its filter being its replay's

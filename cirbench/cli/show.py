@@ -162,7 +162,7 @@ def summary(console: Console, run: RunSummary, title: str) -> None:
                                                      ("[yellow]below chance[/]", row.below_chance_reason)) if reason]
         flagged += [f"{name} {escape(f'{k.method} noise={k.noise_rate:g} seed={k.seed}: {reason}')}" for name, reason in flags]
         table.add_row(
-            k.method, "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed),
+            k.method + (f" ({row.privileged})" if row.privileged else ""), "ref" if math.isnan(k.noise_rate) else f"{k.noise_rate:g}", str(k.seed),
             " ".join([row.status, *(name for name, _ in flags)]),
             *(_fmt(v) for v in row.recall.values()), _fmt(row.purity), _fmt(row.auroc),
         )

@@ -30,9 +30,12 @@ def results_verify(
         "so that the next `cirbench run` of its grid redoes it."
     ),
 ) -> None:
-    """Check every part of every cell against what its runs row recorded (rows, size, sha256):
-    one line per problem (file, cell, what is wrong); exit 1 if there is any (also with --repair)."""
+    """Check every part of every cell against what its runs row recorded (rows, size, sha256),
+    and every replay against its source's kept/dropped decisions now: one line per problem
+    (file, cell, what is wrong) and per stale replay (naming both runs); exit 1 if there is
+    any (also with --repair, which moves damaged cells only: the next run redoes a stale replay)."""
     from cirbench.results.locks import live_locks
+    from cirbench.results.replays import stale_replays
     from cirbench.results.verify import check_folder, quarantine
 
     if not results.is_dir():
@@ -43,9 +46,18 @@ def results_verify(
         console.print(f"{run_id}: being run by {who}: not checked", markup=False, highlight=False, soft_wrap=True)
     for problem in found.problems:
         console.print(str(problem), markup=False, highlight=False, soft_wrap=True)
-    if not found.problems:
-        console.print(f"[green]{escape(str(results))}: {len(found.run_ids)} cells, every part as recorded[/]")
+    stale = stale_replays(results, [r for r in found.run_ids if r not in found.damaged()])
+    for run_id, reason in stale.items():
+        console.print(f"{results / 'runs' / run_id}.parquet: cell {run_id}: {reason}; the next `cirbench run` of its grid "
+                      "(with --replay) redoes it", markup=False, highlight=False, soft_wrap=True)
+    if not found.problems and not stale:
+        console.print(f"[green]{escape(str(results))}: {len(found.run_ids)} cells, every part as recorded, every replay "
+                      "true to its source[/]")
         return
+    if stale:
+        console.print(f"[red]{len(stale)} stale replay(s) in {escape(str(results))}[/]")
+    if not found.problems:
+        raise typer.Exit(1)
     damaged = sorted(found.damaged())
     console.print(f"[red]{len(found.problems)} problem(s) in {len(damaged)} cell(s) of {escape(str(results))}[/]")
     if repair:

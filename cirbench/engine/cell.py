@@ -30,7 +30,7 @@ from cirbench.data.holdout import HoldoutSplit, hold_out
 from cirbench.data.noise import NoiseManifest, inject_noise
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import METRICS_VERSION, Evaluation, evaluate, metrics_frame
-from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer, stale_replay
+from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer
 from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
@@ -40,6 +40,7 @@ from cirbench.results.chance import below_chance_reason
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW
 from cirbench.results.locks import CellLock
+from cirbench.results.replays import stale_replay
 from cirbench.results.store import CellKey, ResultsStore
 
 Announce = Callable[[str], None]
@@ -185,7 +186,9 @@ def _train(resources: CellResources, cell: Cell, progress: ProgressFn, announce:
         method_cls = cell.method_cls
         if cell.kept is not None:  # the perfect filter's step on the kept set's rows
             rows = kept_rows(cell.kept, split.train_manifest, split.train.sample_ids, key.seed, resources.store)
-            method_cls, row["kept_set_source_sha256"] = kept_set_trainer(method_cls, rows, key.method), rows.source_sha256
+            method_cls = kept_set_trainer(method_cls, rows, key.method)
+            row.update(rows.recorded())
+            row.update({flag: True for flag, read in rows.privileged.items() if read})  # a source's privileged reads
         result = train_cell(
             method_cls, cell.config, backbone, dataset, split.train, split.train_manifest, tokens,
             spec.epochs, spec.batch_size, key.seed, torch.device(spec.device), progress,
@@ -264,7 +267,7 @@ def one_writer(resources: CellResources, cell: Cell, announce: Announce, work: C
                 announce(f"{key.run_id}: redone, its record is damaged: " + "; ".join(str(p) for p in record.problems)
                          + (f" (files moved to {moved[0][1].parent.parent})" if moved else ""))
             elif record.complete:
-                stale = stale_replay(store, key.run_id) if cell.kept is not None else None
+                stale = stale_replay(store.root, key.run_id) if cell.kept is not None else None
                 if stale:
                     moved = store.set_aside(key.run_id)
                     announce(f"{key.run_id}: redone, {stale}"

@@ -8,10 +8,12 @@ file defines; ``tests/test_plugin_kinds.py`` runs them on every registered one.
 - a noise protocol proposes, deterministically in its generator, in-range images and texts
   for every sample, nothing at rate 0, and a manifest whose noisy samples carry a type;
 - a backbone builds the same model from the same seed and composes queries and targets of
-  one width, and a method trains on it for an epoch through the real loop;
-- a method trains for an epoch through the real loop, every step's output checked against
-  the contract (:mod:`cirbench.engine.step_rules`, whose message is printed as the cell
-  would stop with it), with finite losses and sane recalls.
+  one width, and a method trains on it through the real loop (as below);
+- a method trains through the real loop for :data:`EPOCHS` epochs of batches of
+  :data:`BATCH_SIZE` (7 steps an epoch on the micro set's 60 triplets, the last three a
+  triplet short, as a grid's last batches are), every step's output and the epoch's kept set
+  checked against the contract (:mod:`cirbench.engine.step_rules`, whose message is
+  printed as the cell would stop with it), with finite losses and sane recalls.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from cirbench.plugins import discover
 
 MICRO = ShapesLoader("conformance micro set", n_train_scenes=30, n_val_scenes=10)
 """The small generated dataset the checks of a protocol, a backbone and a method run on."""
+EPOCHS, BATCH_SIZE = 2, 9
+"""What a method is trained for: two epochs (so an epoch's start after the first, and
+every later step, are seen) in batches of at most 9 (60 triplets: 9, 9, 9, 9, 8, 8, 8)."""
 
 
 def micro_dataset(cache_dir: Path) -> CIRDataset:
@@ -100,11 +105,12 @@ def noise_problems(protocol: type[NoiseProtocol], dataset: CIRDataset) -> list[s
 
 
 def _trained_problems(method_cls: type[Method], backbone: Backbone, dataset: CIRDataset, cache_dir: Path) -> list[str]:
-    """What goes wrong when ``method_cls`` trains one epoch on ``backbone`` at 50% noise."""
+    """What goes wrong when ``method_cls`` trains :data:`EPOCHS` epochs in batches of
+    :data:`BATCH_SIZE` on ``backbone`` at 50% noise."""
     tokens = image_tokens(dataset, backbone, cache_dir, torch.device("cpu"))
     noisy, manifest = inject_noise(dataset, "thirds", 0.5, 0)
     config = build_config(method_cls.Config, {}, method_cls.name)
-    result = train_cell(method_cls, config, backbone, dataset, noisy, manifest, tokens, 1, 32, 0)
+    result = train_cell(method_cls, config, backbone, dataset, noisy, manifest, tokens, EPOCHS, BATCH_SIZE, 0)
     problems = []
     losses = result.tables["losses"]
     if "total" not in set(losses.name) or not np.isfinite(losses.value).all():
@@ -178,15 +184,17 @@ def check_plugin_file(path: Path, cache_dir: Path) -> dict[str, list[str]]:
 
 
 CHECKED = {
-    "method": "trained one epoch on tiny (random start) at 50% noise: every step's output as the contract wants it "
-              "(a scalar loss that requires grad and is finite; a boolean mask and finite float scores of the batch's "
-              "length, or None), recalls in [0, 1], a per-sample view if it partitions or scores noise",
+    "method": f"trained {EPOCHS} epochs of 7 steps (batches of {BATCH_SIZE}, the last three of {BATCH_SIZE - 1}) on tiny "
+              "(random start) at 50% noise: every step's output as the contract wants it (a finite scalar loss that "
+              "requires grad; a boolean mask and finite float scores of the batch's length, or None; all on the batch's "
+              "device), the batch left unchanged, every epoch's kept set not empty, recalls in [0, 1], a per-sample view "
+              "if it partitions or scores noise",
     "dataset": "loaded twice (deterministic, its key() the loaded key), at least 2 training and 1 validation triplets, str "
                "texts, a gallery of in-range images per group holding every target, uint8 (H, W, 3) images",
     "noise protocol": "one in-range value per sample, deterministic in rng, nothing noisy at rate 0 and something at 0.5, one "
                       "manifest per seed, every changed sample typed (not 'clean')",
     "backbone": "built twice from one seed alike, preprocess and image-token shapes, TextBatch, query and target widths, "
-                "str keys, sprc trained for an epoch",
+                f"str keys, sprc trained {EPOCHS} epochs in batches of {BATCH_SIZE}",
 }
 """What ``check-plugin`` checks of each kind, for the line under its verdict."""
 

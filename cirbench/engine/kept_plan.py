@@ -100,8 +100,13 @@ def _cell(spec: GridSpec, label: str, made: Trainer, rate: float, seed: int, kep
 
 
 def _frontier(spec: GridSpec, made: Trainer, rates: list[float], plan: KeptSetPlan) -> None:
-    """The frontier's cells: each purity at each rate whose clean share it lies above."""
-    for purity in spec.frontier:
+    """The frontier's cells: each purity (once, however often it is asked for) at each rate
+    whose clean share it lies above."""
+    asked = [float(p) for p in spec.frontier]
+    purities = list(dict.fromkeys(asked))
+    plan.skipped += [f"{frontier_label(p)} asked for {asked.count(p)} times: planned once" for p in purities
+                     if asked.count(p) > 1]
+    for purity in purities:
         if purity == 1.0:
             raise GridError("--frontier-purity 1: p = 1 is the perfect filter's own cell (its kept set is every clean "
                             "triplet): list the perfect filter in --methods instead")

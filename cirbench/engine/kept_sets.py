@@ -29,6 +29,7 @@ from cirbench.data.noise import NoiseManifest
 from cirbench.engine.spec import KeptSet
 from cirbench.method import Batch, Method, StepOutput
 from cirbench.results.labels import FRONTIER, REPLAY
+from cirbench.results.replays import decisions_digest, encoded
 from cirbench.results.store import MAIN_SCORE, CellKey, ResultsStore
 from cirbench.results.verify import read_runs_row, recorded_parts
 
@@ -44,12 +45,24 @@ class KeptSetError(RuntimeError):
 @dataclass
 class KeptRows:
     """The rows of the training split a kept-set cell keeps: ``by_epoch`` (epoch -> boolean
-    mask in split order), else ``always`` (None: every row); ``source_sha256``: a replay's
-    source ``scores`` part as its ``runs`` row recorded it."""
+    mask in split order), else ``always`` (None: every row). A replay's: ``source_sha256``,
+    its source ``scores`` part as its ``runs`` row recorded it; ``source_decisions``, the
+    digest of the decisions replayed (:func:`cirbench.results.replays.decisions_digest`,
+    JSON); ``privileged``, what the source read beside the data (``is_oracle``,
+    ``reads_noise_rate``: the replay inherits the marks)."""
 
     by_epoch: dict[int, np.ndarray] = field(default_factory=dict)
     always: np.ndarray | None = None
     source_sha256: str = ""
+    source_decisions: str = ""
+    privileged: dict[str, bool] = field(default_factory=dict)
+
+    def recorded(self) -> dict[str, Any]:
+        """What a kept-set cell's ``runs`` row says of its rows: a replay's source's record and
+        the source's marks (a mark the cell has already stands)."""
+        if not self.source_decisions:
+            return {}
+        return {"kept_set_source_sha256": self.source_sha256, "kept_set_source_decisions": self.source_decisions}
 
     def at(self, epoch: int) -> np.ndarray | None:
         """The mask of ``epoch`` (None: every row)."""
@@ -92,6 +105,7 @@ def replay_rows(source: CellKey, sample_ids: list[str], store: ResultsStore) -> 
         raise KeptSetError(f"the replay's source run {_describe(source)} is not complete in {store.root} ({state}): run it "
                            "first (a grid runs its own sources before their replays)")
     scores = store.read("scores", [source.run_id])
+    digest = encoded(decisions_digest(scores))
     scores = scores[(scores.score_name == MAIN_SCORE) & scores.selected_clean.notna()]
     position, by_epoch = pd.Index(sample_ids), {}
     for epoch, rows in scores.groupby("epoch"):
@@ -103,28 +117,10 @@ def replay_rows(source: CellKey, sample_ids: list[str], store: ResultsStore) -> 
         mask[where] = rows.selected_clean.to_numpy(dtype=bool)
         by_epoch[int(epoch)] = mask
     row, _ = read_runs_row(store.root, source.run_id)
-    recorded = (recorded_parts(row) or {}) if row is not None else {}
-    return KeptRows(by_epoch, None, str(recorded.get("scores", {}).get("sha256", "")))
-
-
-def stale_replay(store: ResultsStore, run_id: str) -> str | None:
-    """Why the recorded replay ``run_id`` no longer replays its source, or None: its source,
-    complete in ``store``, was re-run since and recorded another kept set (its ``scores``
-    part's sha256 is not the one the replay trained on). Not a replay, the same kept set, or a
-    source absent or incomplete: None (the replay's record stands as it was made)."""
-    row, _ = read_runs_row(store.root, run_id)
-    if not row or row.get("kept_set") != REPLAY or not row.get("kept_set_source"):
-        return None
-    source = str(row["kept_set_source"])
-    if not store.is_complete(source):
-        return None
-    source_row, _ = read_runs_row(store.root, source)
-    now = str((recorded_parts(source_row or {}) or {}).get("scores", {}).get("sha256", ""))
-    then = str(row.get("kept_set_source_sha256") or "")
-    if now == then:
-        return None
-    return (f"its source {source} was re-run since and recorded another kept set "
-            f"(scores sha256 {then[:12] or 'none'} when replayed, {now[:12]} now)")
+    row = row or {}
+    recorded = recorded_parts(row) or {}
+    privileged = {flag: bool(row.get(flag)) for flag in ("is_oracle", "reads_noise_rate")}
+    return KeptRows(by_epoch, None, str(recorded.get("scores", {}).get("sha256", "")), digest, privileged)
 
 
 def kept_rows(kept: KeptSet, manifest: NoiseManifest, sample_ids: list[str], seed: int, store: ResultsStore) -> KeptRows:

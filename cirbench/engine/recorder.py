@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import torch
 from sklearn.metrics import roc_auc_score
 
 from cirbench.data.base import TripletSplit
@@ -107,6 +108,13 @@ def noise_tables(
     return rows, per_sample
 
 
+def _on_cpu(values) -> np.ndarray:
+    """A partition's array (numpy, a list, or a tensor on any device: checked) as a numpy copy."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy().copy()
+    return np.array(values)
+
+
 def _record_extra_scores(out: StepOutput, index: np.ndarray, extra: dict[str, np.ndarray], n: int) -> None:
     """Copy a step's ``extra_scores`` (checked: :mod:`cirbench.engine.step_rules`) into the
     epoch's per-name arrays (NaN where unseen)."""
@@ -138,10 +146,17 @@ class EpochRecorder:
         """Begin an epoch from the method's epoch-level ``partition`` (checked against the
         contract: a boolean mask and a float score per sample; or none: per-step views)."""
         n = self.n
-        self.score = np.full(n, np.nan) if partition is None else np.array(partition.noise_score, dtype=float)
-        self.selected = None if partition is None else np.array(partition.selected_clean)
+        self.score = np.full(n, np.nan) if partition is None else _on_cpu(partition.noise_score).astype(float)
+        self.selected = None if partition is None else _on_cpu(partition.selected_clean)
         self.seen_selected = np.zeros(n, dtype=bool) if partition is None else np.ones(n, dtype=bool)
         self.extra: dict[str, np.ndarray] = {}
+
+    def decided(self) -> tuple[int, int]:
+        """The rows the method has decided on so far this epoch (its partition's, then its
+        steps' last decisions) and how many of those it kept."""
+        if self.selected is None:
+            return 0, 0
+        return int(self.seen_selected.sum()), int(self.selected[self.seen_selected].sum())
 
     def record_step(self, epoch: int, step: int, index: np.ndarray, out: StepOutput) -> None:
         """A step's per-sample view of its batch ``index`` and its losses, as the step gave them

@@ -24,7 +24,7 @@ from cirbench.engine.features import SamplePixels, pixel_encoder
 from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
 from cirbench.engine.precision import use_precision
 from cirbench.engine.recorder import EpochRecorder, ProgressFn
-from cirbench.engine.step_rules import check_partition, check_step
+from cirbench.engine.step_rules import BatchGuard, check_epoch_kept, check_partition, check_step
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
 
 
@@ -115,12 +115,12 @@ def _prepare_backbone(backbone: Backbone, device: torch.device, precision: str, 
 def optimizer_step(method: Method, optimizer, scheduler, config: MethodConfig, batch: Batch, epoch: int, step: int,
                    parallel: bool) -> StepOutput:
     """One training step: the method's output on ``batch``, checked against the contract
-    (:mod:`cirbench.engine.step_rules`) and its loss finite before anything is applied, then
-    backward, gradient averaging across ranks, clipping and the update."""
+    (:mod:`cirbench.engine.step_rules`: its loss finite, the batch unchanged) before anything
+    is applied, then backward, gradient averaging across ranks, clipping and the update."""
+    guard = BatchGuard(batch)
     out = method.training_step(batch, epoch, step)
-    check_step(method.name, out, len(batch), epoch, step)
-    if not torch.isfinite(out.loss):  # before the step, so a non-finite loss is never applied
-        raise FloatingPointError(f"{method.name}: loss is {out.loss.item()} at epoch {epoch}, step {step}")
+    guard.check(method.name, epoch, step)
+    check_step(method.name, out, batch, epoch, step)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     if parallel:
@@ -167,13 +167,13 @@ def _evaluate_epoch(method: Method, dataset: CIRDataset, tokens: np.ndarray, val
     return validation, held_out
 
 
-def _epoch_passes(method: Method, epoch: int, n: int, hooks: TrainingHooks) -> Partition | None:
+def _epoch_passes(method: Method, epoch: int, n: int, device: torch.device, hooks: TrainingHooks) -> Partition | None:
     """The method's epoch-level passes (``Method.on_epoch_start``) and the partition they
-    give, checked against the contract for a training split of ``n``."""
+    give, checked against the contract for a training split of ``n`` (batches on ``device``)."""
     hooks.epoch_pass_start(epoch)
     partition = method.on_epoch_start(epoch)
     hooks.epoch_pass_end(epoch)
-    check_partition(method.name, partition, n, epoch)
+    check_partition(method.name, partition, n, epoch, device)
     return partition
 
 
@@ -181,7 +181,9 @@ def _train_steps(method: Method, optimization: tuple, config: MethodConfig, make
                  batches: list[np.ndarray], epoch: int, step: int, parallel: bool, record: EpochRecorder,
                  hooks: TrainingHooks) -> tuple[int, float]:
     """An epoch's steps: each batch built, its step taken (``optimization``: the optimizer and
-    its scheduler) and recorded; the next step's number and the seconds in the steps."""
+    its scheduler) and recorded, then the epoch's kept set checked not empty
+    (:func:`~cirbench.engine.step_rules.check_epoch_kept`); the next step's number and the
+    seconds in the steps."""
     seconds = 0.0
     for index in batches:
         hooks.batch_start(epoch, step)
@@ -194,6 +196,7 @@ def _train_steps(method: Method, optimization: tuple, config: MethodConfig, make
         hooks.step_end(epoch, step, out)
         record.record_step(epoch, step, index, out)
         step += 1
+    check_epoch_kept(method.name, *record.decided(), epoch)
     return step, seconds
 
 
@@ -247,7 +250,7 @@ def train_cell(
     model_seconds, step = 0.0, 0
     for epoch in range(epochs):
         method.train()
-        record.start_epoch(_epoch_passes(method, epoch, n, hooks))
+        record.start_epoch(_epoch_passes(method, epoch, n, device, hooks))
         evaluated_targets.clear()  # the steps change the weights they were encoded with
         step, seconds = _train_steps(method, (optimizer, scheduler), config, make_batch,
                                      hooks.epoch_batches(epoch, epoch_batches(n, batch_size, seed, epoch)), epoch, step,

@@ -85,6 +85,8 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("kept_set_noise_type", pa.string()),  # the noise type cell's type
         ("kept_set_source", pa.string()),  # the run id a replay replays
         ("kept_set_source_sha256", pa.string()),  # that run's scores part as its runs row recorded it
+        # that run's kept/dropped decisions per epoch, JSON {epoch: digest} (cirbench.results.replays); "" before it
+        ("kept_set_source_decisions", pa.string()),
         ("parts", pa.string()),  # JSON {table: {rows, bytes, sha256}} of the other parts (cirbench.results.verify)
     ],
     "metrics": [
@@ -142,7 +144,7 @@ _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries":
                                 "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": "",
                                 "reads_noise_rate": False, "metrics_version": "1", "kept_set": "",
                                 "kept_set_purity": float("nan"), "kept_set_noise_type": "", "kept_set_source": "",
-                                "kept_set_source_sha256": ""}
+                                "kept_set_source_sha256": "", "kept_set_source_decisions": ""}
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader

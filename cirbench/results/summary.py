@@ -25,6 +25,9 @@ class SummaryRow:
     auroc: float | None
     collapse_reason: str = ""
     below_chance_reason: str = ""
+    privileged: str = ""
+    """What the run read beside the data, in words (``reads the true flags``, ``told the
+    noise rate``; a kept-set cell inherits its source's), or ``""``."""
 
 
 @dataclass
@@ -56,6 +59,10 @@ def run_summary(store: ResultsStore, cells: list[tuple[CellKey, str]], order: li
     metrics, purity, runs = (store.read(table, ids) for table in ("metrics", "purity", "runs"))
     flags = judge_below_chance(runs, purity).set_index("run_id")  # "" when healthy (cirbench.results.collapse, .chance)
     reasons, chance = flags.collapse_reason.fillna(""), flags.below_chance_reason
+    privileged = {row.run_id: ", ".join(words for words, read in (("reads the true flags", row.is_oracle),
+                                                                   ("told the noise rate", row.reads_noise_rate))
+                                        if read == True)  # noqa: E712 - a flag may be null in old runs
+                  for row in runs.itertuples(index=False)}
     purity = purity[(purity.score_name == MAIN_SCORE) & (purity.noise_type == "all")]
     summary = RunSummary(nonfinite=[(row.run_id, int(row.n_nonfinite_queries))
                                     for row in runs[runs.n_nonfinite_queries > 0].itertuples(index=False)])
@@ -66,6 +73,6 @@ def run_summary(store: ResultsStore, cells: list[tuple[CellKey, str]], order: li
         p = purity[purity.run_id == key.run_id]
         summary.rows.append(SummaryRow(
             key, status, {name: value.get(name) for name in SUMMARY_RECALLS}, _final(p, "purity"), _final(p, "auroc"),
-            str(reasons.get(key.run_id, "")), str(chance.get(key.run_id, "")),
+            str(reasons.get(key.run_id, "")), str(chance.get(key.run_id, "")), privileged.get(key.run_id, ""),
         ))
     return summary

@@ -38,12 +38,15 @@ from cirbench.report.analysis.numbers import headline_column, rate_label, run_co
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.analysis.significance import Term
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
+from cirbench.results.replays import stale_replays
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 from cirbench.results.selection import DEFAULT_RULE
 
 WORTH_TITLE = "What a kept set is worth"
 NONE_LINE = ("No frontier or replay cells in these results, so what a kept set is worth is not measured here: "
              "`cirbench run --frontier --replay METHODS` makes them (docs/kept-sets.md).")
+STALE_LINE = ("No frontier cell and no replay true to its source in these results, so what a kept set is worth is not "
+              "measured here.")
 BASELINE_POINT, PERFECT_POINT, METHOD_POINT = "baseline", "perfect filter", "method"
 POINT_KINDS: tuple[str, ...] = (BASELINE_POINT, FRONTIER, PERFECT_POINT, METHOD_POINT, REPLAY, NOISE_TYPE)
 """What a point of the chart is: the frontier's (the baseline, a frontier cell, the perfect
@@ -99,6 +102,9 @@ class KeptWorth:
     none: str = ""
     stale: int = 0
     """Replays whose source is not the run the report reads for that cell (rerun since)."""
+    left_out: list[str] = field(default_factory=list)
+    """One line per stale replay (its source now records other decisions), left out of the
+    chart and the decomposition, naming the command that redoes it."""
 
     @property
     def drawn(self) -> bool:
@@ -156,9 +162,21 @@ def _kinds(runs: pd.DataFrame, baseline: str, perfect: str, partitioning: set[st
     return kinds
 
 
+def _left_out(setting: Setting, runs: pd.DataFrame) -> dict[str, str]:
+    """The stale replays among ``runs`` (:func:`cirbench.results.replays.stale_replay`), each
+    with its one-line note: the report does not price a kept set its source no longer holds."""
+    replays = runs.index[runs.kind == REPLAY] if len(runs) else []
+    stale = stale_replays(setting.root, list(replays)) if setting.root is not None else {}
+    return {run_id: f"`{runs.at[run_id, 'method']}` at {rate_label(float(runs.at[run_id, 'noise_rate']))}, seed "
+                    f"{int(runs.at[run_id, 'seed'])} left out: {reason}; `cirbench run` of its grid with `--replay "
+                    f"{str(runs.at[run_id, 'method']).split(':', 1)[1]} --output {setting.root}` redoes it."
+            for run_id, reason in stale.items()}
+
+
 def chart_points(setting: Setting, epochs: pd.Series, baseline: str, perfect: str) -> tuple[pd.DataFrame, int]:
-    """The chart's points of ``setting`` (kept-set cells among its runs, metrics at ``epochs``)
-    and the number of replays whose source is not the run read for its cell."""
+    """The chart's points of ``setting`` (kept-set cells among its runs, metrics at ``epochs``;
+    a stale replay left out: :func:`_left_out`, in ``points.attrs["left_out"]``) and the number
+    of replays whose source is not the run read for its cell."""
     per_run = run_columns(setting)
     metric = headline_column(list(per_run.columns))
     recall = next((c for c in RECALL_COLUMNS if c in per_run.columns), metric)
@@ -168,6 +186,8 @@ def chart_points(setting: Setting, epochs: pd.Series, baseline: str, perfect: st
     partitioning -= {m for m in partitioning if ":" in m}  # ablation variants and sweep trials are never replayed
     runs["kind"] = _kinds(runs, baseline, perfect, partitioning)
     runs = runs[runs.kind != ""].set_index("run_id")
+    left_out = _left_out(setting, runs)
+    runs = runs.drop(index=list(left_out))
     purity = purity_at(setting.purity, epochs)
     points = pd.DataFrame({"noise_rate": runs.noise_rate.astype(float), "seed": runs.seed.astype(int), "kind": runs.kind,
                            "label": runs.method, "method": runs.method})
@@ -189,6 +209,7 @@ def chart_points(setting: Setting, epochs: pd.Series, baseline: str, perfect: st
         points.at[run_id, "method"] = name
         points.at[run_id, "purity"] = points.purity.get(read, np.nan) if read is not None else np.nan
     points["metric"], points["recall"] = per_run[metric].reindex(points.index), per_run[recall].reindex(points.index)
+    points.attrs["left_out"] = list(left_out.values())
     return points, stale
 
 
@@ -256,10 +277,11 @@ def kept_worth(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, 
     if metric is None or setting.kept_sets is None:
         return empty
     points, stale = chart_points(view.setting, view.epochs, baseline, perfect)
-    worth = KeptWorth(view.setting, metric, recall, points, baseline, perfect, stale=stale)
+    worth = KeptWorth(view.setting, metric, recall, points, baseline, perfect, stale=stale,
+                      left_out=points.attrs.get("left_out", []))
     judge = recall_judge(view.setting, n_resamples, seed)
     worth.splits = _splits(worth, judge)
     worth.costs = _costs(worth, judge, purity_at(view.setting.purity, view.epochs))
     if not worth.drawn:
-        worth.none = NONE_LINE
+        worth.none = " ".join([STALE_LINE, *worth.left_out]) if worth.left_out else NONE_LINE
     return worth

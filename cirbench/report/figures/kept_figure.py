@@ -119,7 +119,8 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
                           label=f"{worth.baseline} (keeps every row)"))
     for method in sorted(set(points.method[points.kind == METHOD_POINT])):
         colour = styles.get(method, {"color": "0.3"})["color"]
-        handles.append(Line2D([], [], color=colour, marker="o", linestyle="none", markersize=7, label=method))
+        handles.append(Line2D([], [], color=colour, marker="o", linestyle="none", markersize=7,
+                              label=worth.setting.label(method)))  # a method told the rate: marked, its replay too
     handles.append(Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
                           label=f"its replay ({worth.baseline}'s loss, its kept set)"))
     if points.kind.eq(NOISE_TYPE).any():
@@ -152,7 +153,8 @@ def _alt(worth: KeptWorth, points: pd.DataFrame, rates: list[float]) -> str:
     parts = []
     for rate in rates:
         here = points[points.noise_rate == rate].groupby(["kind", "method"])[["purity", "metric"]].mean()
-        words = [f"{_words(kind, method)} {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
+        marked = lambda kind, method: worth.setting.label(method) if kind in (METHOD_POINT, REPLAY) else method  # noqa: E731
+        words = [f"{_words(kind, marked(kind, method))} {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
                  if kind != NOISE_TYPE]
         parts.append(f"at {rate_label(rate)}: " + "; ".join(words))
     return (f"Scatter of {worth.metric} and {worth.recall} against the kept set's purity, with the frontier as a dashed "

@@ -41,13 +41,14 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
     for split in worth.splits:
         cells = [Cell(f"{split.purity:.1f}" if math.isfinite(split.purity) else "-")]
         cells += [Cell(points_text(c)) for c in (split.total, split.filter, split.other, split.left)]
-        rows.append((rate_label(split.rate) if split.rate != last else "", split.method, cells))
+        rows.append((rate_label(split.rate) if split.rate != last else "", worth.setting.label(split.method), cells))
         last = split.rate
     seeds = worth.points.seed.nunique()
     one_seed = (" One seed: no interval over seeds, so every mark is inconclusive (a mean alone is never a verdict)."
                 if seeds < 2 else "")
     stale = one_seed + (f" {worth.stale} replay(s) replay a run of their method that the report no longer reads "
                         "(rerun since): their row compares the replay with the newer run." if worth.stale else "")
+    stale += "".join(f" {line}" for line in worth.left_out)
     note = (f"{worth.metric}, percentage points, each run at the epoch the claims read (its best held-out epoch), its "
             "kept set's purity at that same epoch (a warm-up epoch keeps every row: the clean share). A method against "
             f"`{base}` = its filter (its replay, `{base}`'s loss trained on the method's recorded kept set, against "
