@@ -10,7 +10,8 @@ does (``docs/ssn.md`` says which part is the paper's and every reading):
   ``g``; ``L+ = s * t`` is the upgradation text, ``L- = (1 - s) * t`` the degradation text.
 - **Visual prototype** (``image_token_selection_mask``): each reference token ``r_j`` gets
   ``m_j = sigma(W_v [r_j; pool(L-)])``; the prototype ``I_r^0 = m * r``, the rest ``(1 - m) * r``.
-- **Upgradation** (``fusion_layer``, one ``nn.TransformerEncoderLayer`` with 8 heads, and
+- **Upgradation** (``fusion_layer``, one ``nn.TransformerEncoderLayer`` with 8 heads and a
+  feed-forward 4 times its width, and
   ``token_type_embeddings``): the positive fusion of ``[I_r^0; L+]``, the negative fusion of
   ``[(1 - m) r; L-]``; the query is ``normalize(base + 0.01 * output(relu(combiner([pool(fused
   text); fused image token 0]))))``, and a target is ``normalize(base_t + 0.01 * fusion(target
@@ -55,14 +56,14 @@ class SSNConfig(MethodConfig):
     kl_weight: float = 1.0
     residual_scale: float = 0.01
     fusion_heads: int = 8
-    fusion_feedforward: int = 2048
+    fusion_feedforward: int | None = None  # None: 4 x the hidden size, the release's 2048 at its width 512
     fusion_dropout: float = 0.1
     symmetric: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("logit_scale", "fusion_heads", "fusion_feedforward"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"ssn: {name} must be > 0, got {getattr(self, name)}")
         if self.kl_weight < 0 or self.residual_scale < 0:
             raise ValueError(f"ssn: kl_weight and residual_scale must be >= 0, got {self.kl_weight}, {self.residual_scale}")
@@ -99,9 +100,8 @@ class SSN(Method):
         self.text_selection = nn.Sequential(nn.Linear(2 * width, 1), nn.Sigmoid())
         self.image_selection = nn.Sequential(nn.Linear(2 * width, 1), nn.Sigmoid())
         self.token_type = nn.Embedding(2, width)  # 0: image tokens, 1: text tokens (release order)
-        self.fusion = nn.TransformerEncoderLayer(
-            width, config.fusion_heads, config.fusion_feedforward, config.fusion_dropout, batch_first=True,
-        )
+        feedforward = config.fusion_feedforward or 4 * width
+        self.fusion = nn.TransformerEncoderLayer(width, config.fusion_heads, feedforward, config.fusion_dropout, batch_first=True)
         self.combiner = nn.Linear(2 * width, 2 * width)
         self.output = nn.Linear(2 * width, backbone.embed_dim)
 
