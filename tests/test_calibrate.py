@@ -170,7 +170,7 @@ def test_a_missed_target_fails(tmp_path: Path) -> None:
 
 
 CALIBRATION_CELLS = (("sprc", 0.0), ("sprc", 0.5), ("sprc", 0.8), ("oracle", 0.5), ("oracle", 0.8))
-HOSTED_CELLS = tuple((m, 0.0) for m in ("conesep", "habit", "hug", "intent", "tme"))
+HOSTED_CELLS = tuple((m, 0.0) for m in ("cala", "conesep", "habit", "hug", "intent", "ssn", "tme"))
 
 
 def test_calibration_grid_leaves_out_the_oracle_at_no_noise_and_runs_hosted_methods_clean_only(tmp_path: Path) -> None:
@@ -242,9 +242,9 @@ def test_cli_calibrate_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
         assert name in text
     assert "| stable over seeds |" in text and "| n/a |" in text  # one seed: no spread to judge
     runs = pd.read_parquet(out / "runs")
-    assert len(runs) == 5 + 5 + 3 and set(runs.status) == {"completed"}  # calibration, hosted at 0%, reference rows
+    assert len(runs) == 5 + 7 + 3 and set(runs.status) == {"completed"}  # calibration, hosted at 0%, reference rows
     hosted = runs[runs.method.isin([m for m, _ in HOSTED_CELLS])]
-    assert set(hosted.noise_rate) == {0.0} and len(hosted) == 5
+    assert set(hosted.noise_rate) == {0.0} and len(hosted) == 7
 
 
 def test_two_cells_at_once_give_the_same_numbers_as_one_after_another(tmp_path: Path, cache_dir: Path) -> None:

@@ -181,7 +181,7 @@ def test_the_claims_table_folds_its_numbers_and_renders_markdown(study) -> None:
     text = page.read_text(encoding="utf-8")
     claims = text[text.index('<table class="claims">'):]
     claims = claims[:claims.index("</table>")]
-    assert claims.count("<details><summary>") == 12 and "comparisons</summary>" in claims
+    assert claims.count("<details><summary>") == 13 and "comparisons</summary>" in claims
     assert "p &lt; 1e-4" in claims and not re.search(r"p=\d(\.\d+)?e-", claims)
     assert "`" not in text and "<code>holdout</code>" in text
 

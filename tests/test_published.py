@@ -29,7 +29,7 @@ def test_the_shipped_tables_are_complete_and_carry_their_provenance() -> None:
     cone = refs[refs.source == "ConeSep paper"]
     assert sorted(cone.noise_rate.unique()) == [0.0, 0.2, 0.5, 0.8] and cone.groupby(["dataset", "noise_rate"]).size().eq(7).all()
     assert set(cone.split) == {"val", "test1"} and (refs.protocol != "").all() and (refs.note != "").all()
-    assert set(refs.cirbench_method) == {"", "sprc", "tme", "conesep", "hug", "habit", "intent"}
+    assert set(refs.cirbench_method) == {"", "sprc", "tme", "conesep", "hug", "habit", "intent", "ssn", "cala"}
     # cells checked by hand against the papers' text
     fiq, cirr = refs[refs.dataset == "fashioniq"], refs[refs.dataset == "cirr"]
     assert _row(fiq, "ConeSep", "ConeSep", 0.5)[list(METRICS["fashioniq"])].tolist() == [

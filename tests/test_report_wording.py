@@ -52,5 +52,5 @@ def test_without_a_perfect_filter_the_gain_figure_says_the_cap_is_not_measured_a
             "that only removes noise can win here, is not measured") in page
     assert "The dashed black line" not in page
     claims = page.split("Do the papers' claims hold here?", 2)[-1].split("<a id=", 1)[0]
-    assert claims.strip().startswith("None of the 12 claims could be checked here: the methods they compare (conesep, ")
+    assert claims.strip().startswith("None of the 13 claims could be checked here: the methods they compare (cala, conesep, ")
     assert "not run" not in claims and "Verdict rule" not in claims
