@@ -85,3 +85,21 @@ def test_a_plan_names_what_fails(environment: dict[str, Path], tmp_path: Path) -
                       'dataset = "shapes-mini"\nnoise_protocol = "release"\nnoise = [0.5]\n')
     with pytest.raises(PlanError, match="no release order to follow"):
         plan_study(shapes)
+
+
+@pytest.mark.parametrize("method", ["sprc", "conesep"])
+def test_the_counted_step_extrapolates_to_a_larger_batch(method: str, environment: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+
+    from cirbench.api.plan import _batch, scaled_step_gflop, step_gflop
+    from cirbench.backbones.registry import BACKBONES
+    from cirbench.engine.grid import Grid, GridSpec
+
+    grid = Grid(GridSpec(methods=[method], noise_rates=[0.0], dataset="fashioniq", backbone="blip2", cache_dir=tmp_path))
+    backbone, dataset, cpu = BACKBONES.get("blip2")(0, tmp_path, None), grid.resources.dataset(), torch.device("cpu")
+    cell = grid.cells[0]
+    big = _batch(backbone, dataset, cpu, 16)
+    rows = torch.arange(8)
+    small = type(big)(big.index[:8], big.reference[:8], big.target[:8], big.text.select(rows), big.texts[:8])
+    estimate = scaled_step_gflop(cell, backbone, small, 2, 16, cpu)
+    assert estimate == pytest.approx(step_gflop(cell, backbone, big, 2, cpu), rel=0.02)

@@ -4,11 +4,13 @@ folder already holds it), its dataset's files checked and loaded, its noise inst
 its backbone built from its configuration and weights, and each cell's cost estimated from
 a FLOP count.
 
-Cost: one training step of each row's method is counted with ``torch.utils.flop_counter``
-(forward and backward: matrix products, convolutions and attention; two FLOPs per
-multiply-add) on the grid's own backbone, at a batch of :data:`COUNT_BATCH` training triplets
-of the dataset in the method's last epoch's phase, and scaled linearly to the grid's batch
-size; a cell's cost is that times its steps (epochs x batches of its training triplets). The
+Cost: one training step of each row's method is counted with ``torch.utils.flop_counter``'s
+formulas (forward and backward: matrix products, convolutions and attention; two FLOPs per
+multiply-add) on the grid's own backbone, in the method's last epoch's phase, at batches of
+half :data:`COUNT_BATCH` and :data:`COUNT_BATCH` training triplets of the dataset, and
+extrapolated along the line through the two to the grid's batch size (a per-step part that
+does not grow with the batch, such as ConeSep's random images through the tower, stays
+fixed); a cell's cost is that times its steps (epochs x batches of its training triplets). The
 frozen tower's features (computed once per image and cached), the evaluations and the
 epoch-level passes (TME's per-sample loss) come on top; docs/real-datasets.md says how much.
 Hours are the FLOPs over a stated sustained rate (:data:`DEFAULT_TFLOPS`, or ``--tflops``).
@@ -101,11 +103,11 @@ class GridPlan:
         return sum(row.pflop for row in self.rows)
 
 
-def _batch(backbone, dataset, device: torch.device) -> Batch:
-    """:data:`COUNT_BATCH` training triplets of ``dataset`` as the harness batches them (tower
+def _batch(backbone, dataset, device: torch.device, size: int = COUNT_BATCH) -> Batch:
+    """The first ``size`` training triplets of ``dataset`` as the harness batches them (tower
     tokens of their images, their texts tokenised)."""
     split = dataset.train
-    rows = np.arange(min(COUNT_BATCH, len(split)))
+    rows = np.arange(min(size, len(split)))
     with torch.no_grad():
         images = lambda idx: backbone.encode_image_tokens(  # noqa: E731
             backbone.preprocess([dataset.images.load(int(i)) for i in idx]).to(device)).float()
@@ -114,6 +116,17 @@ def _batch(backbone, dataset, device: torch.device) -> Batch:
     text = backbone.tokenize(texts)
     return Batch(torch.as_tensor(rows, device=device), reference, target, type(text)(text.ids.to(device), text.mask.to(device)),
                  texts)
+
+
+def scaled_step_gflop(cell, backbone, batch: Batch, epochs: int, batch_size: int, device: torch.device) -> float:
+    """:func:`step_gflop` at ``batch`` and its first half, extrapolated linearly to ``batch_size``."""
+    half = len(batch) // 2
+    if half == 0:  # a one-triplet dataset: no line to draw
+        return step_gflop(cell, backbone, batch, epochs, device) * batch_size
+    rows = torch.arange(half, device=batch.index.device)
+    small = Batch(batch.index[:half], batch.reference[:half], batch.target[:half], batch.text.select(rows), batch.texts[:half])
+    low, high = step_gflop(cell, backbone, small, epochs, device), step_gflop(cell, backbone, batch, epochs, device)
+    return high + (high - low) / (len(batch) - half) * (batch_size - len(batch))
 
 
 def step_gflop(cell, backbone, batch: Batch, epochs: int, device: torch.device) -> float:
@@ -184,7 +197,7 @@ def plan_grid(where: str, grid: Grid, backbones: dict, announce: Callable[[str],
         label = cell.key.method
         if math.isnan(cell.key.noise_rate) or label in counted:
             continue  # a reference row trains nothing
-        counted[label] = step_gflop(cell, backbone, batch, spec.epochs, device) * spec.batch_size / len(batch)
+        counted[label] = scaled_step_gflop(cell, backbone, batch, spec.epochs, spec.batch_size, device)
         rows.append(RowCost(label, per_label[label], steps, counted[label]))
     setting = (f"{spec.dataset} / {spec.backbone} / {spec.noise_protocol} at {','.join(f'{r:g}' for r in spec.noise_rates)}, "
                f"seeds {','.join(map(str, spec.seeds))}, {spec.epochs} epochs, batch {spec.batch_size}")
