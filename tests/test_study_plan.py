@@ -63,7 +63,9 @@ def test_the_papers_study_files_plan_on_the_fixtures(name: str, environment: dic
         for row in plan.rows:
             assert row.cells == len(defaults["noise"]) * len(defaults["seeds"])
             assert row.steps == grid["epochs"] * math.ceil(n_train / grid["batch_size"])
-            assert row.step_gflop > 0 and row.pflop == pytest.approx(row.cells * row.steps * row.step_gflop / 1e6)
+            per_epoch = row.steps / grid["epochs"]
+            expected = row.cells * per_epoch * (row.first_gflop + (grid["epochs"] - 1) * row.step_gflop) / 1e6
+            assert row.step_gflop > 0 and row.first_gflop > 0 and row.pflop == pytest.approx(expected)
     assert not (Path.cwd() / study["study"]["output"]).exists() or not any((Path.cwd() / study["study"]["output"]).rglob("*.parquet"))
 
 

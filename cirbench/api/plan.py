@@ -6,11 +6,13 @@ a FLOP count.
 
 Cost: one training step of each row's method is counted with ``torch.utils.flop_counter``'s
 formulas (forward and backward: matrix products, convolutions and attention; two FLOPs per
-multiply-add) on the grid's own backbone, in the method's last epoch's phase, at batches of
-half :data:`COUNT_BATCH` and :data:`COUNT_BATCH` training triplets of the dataset, and
-extrapolated along the line through the two to the grid's batch size (a per-step part that
-does not grow with the batch, such as ConeSep's random images through the tower, stays
-fixed); a cell's cost is that times its steps (epochs x batches of its training triplets). The
+multiply-add) on the grid's own backbone, at batches of half :data:`COUNT_BATCH` and
+:data:`COUNT_BATCH` training triplets of the dataset, and extrapolated along the line through
+the two to the grid's batch size (a per-step part that does not grow with the batch, such as
+ConeSep's random images through the tower, stays fixed); once in the first epoch's phase
+and once in the last's (a warm-up differs: INTENT's sends every reference through the tower
+again). A cell's cost is its first epoch's steps at the first count and its other epochs'
+at the last (a warm-up longer than an epoch is counted at the main phase after its first epoch). The
 frozen tower's features (computed once per image and cached), the evaluations and the
 epoch-level passes (TME's per-sample loss) come on top; docs/real-datasets.md says how much.
 Hours are the FLOPs over a stated sustained rate (:data:`DEFAULT_TFLOPS`, or ``--tflops``).
@@ -76,13 +78,17 @@ class RowCost:
 
     label: str
     cells: int
+    epochs: int
     steps: int
+    first_gflop: float
     step_gflop: float
+    """The counted GFLOP of a step in the first epoch (``first_gflop``) and in the last."""
 
     @property
     def pflop(self) -> float:
-        """The row's training FLOPs, in PFLOP (1e15)."""
-        return self.cells * self.steps * self.step_gflop / 1e6
+        """The row's training FLOPs, in PFLOP (1e15): the first epoch at its count, the others at the last's."""
+        per_epoch = self.steps / self.epochs
+        return self.cells * per_epoch * (self.first_gflop + (self.epochs - 1) * self.step_gflop) / 1e6
 
 
 @dataclass
@@ -118,29 +124,54 @@ def _batch(backbone, dataset, device: torch.device, size: int = COUNT_BATCH) -> 
                  texts)
 
 
-def scaled_step_gflop(cell, backbone, batch: Batch, epochs: int, batch_size: int, device: torch.device) -> float:
+Pixels = Callable[[torch.Tensor, str], torch.Tensor]
+"""``TrainingContext.pixels``: the tower's input of a batch's reference or target images."""
+
+
+def dataset_pixels(backbone, dataset) -> Pixels:
+    """The preprocessed images of the training triplets at ``index``, by ``role``."""
+    split = dataset.train
+
+    def pixels(index: torch.Tensor, role: str) -> torch.Tensor:
+        images = split.reference if role == "reference" else split.target
+        return backbone.preprocess([dataset.images.load(int(i)) for i in images[index.cpu().numpy()]])
+
+    return pixels
+
+
+def scaled_step_gflop(cell, backbone, batch: Batch, epochs: int, batch_size: int, device: torch.device,
+                      epoch: int | None = None, pixels: Pixels | None = None) -> float:
     """:func:`step_gflop` at ``batch`` and its first half, extrapolated linearly to ``batch_size``."""
     half = len(batch) // 2
     if half == 0:  # a one-triplet dataset: no line to draw
-        return step_gflop(cell, backbone, batch, epochs, device) * batch_size
+        return step_gflop(cell, backbone, batch, epochs, device, epoch, pixels) * batch_size
     rows = torch.arange(half, device=batch.index.device)
     small = Batch(batch.index[:half], batch.reference[:half], batch.target[:half], batch.text.select(rows), batch.texts[:half])
-    low, high = step_gflop(cell, backbone, small, epochs, device), step_gflop(cell, backbone, batch, epochs, device)
+    low, high = (step_gflop(cell, backbone, b, epochs, device, epoch, pixels) for b in (small, batch))
     return high + (high - low) / (len(batch) - half) * (batch_size - len(batch))
 
 
-def step_gflop(cell, backbone, batch: Batch, epochs: int, device: torch.device) -> float:
+def step_gflop(cell, backbone, batch: Batch, epochs: int, device: torch.device, epoch: int | None = None,
+               pixels: Pixels | None = None) -> float:
     """The counted GFLOP of one training step (forward and backward) of ``cell``'s method on
-    ``batch``, in its last epoch's phase (after its epoch-level pass)."""
+    ``batch`` at the start of ``epoch`` (default the last), after its epoch-level pass;
+    ``pixels`` gives a method that sends images through the tower itself (INTENT) their pixels."""
+    epoch = epochs - 1 if epoch is None else epoch
     torch.manual_seed(0)
+
+    def encode(images: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return backbone.encode_image_tokens(images.to(device)).float()
+
     context = TrainingContext(num_train=len(batch), epochs=epochs, batch_size=len(batch), steps_per_epoch=1, seed=0,
                               device=device, iterate=lambda shuffle: iter([batch]),
-                              noise_flags=np.zeros(len(batch), dtype=bool), noise_rate=0.0)
+                              noise_flags=np.zeros(len(batch), dtype=bool), noise_rate=0.0, pixels=pixels,
+                              encode_pixels=encode)
     method = cell.method_cls(backbone, cell.config, context).to(device)
     with torch.no_grad():
-        method.on_epoch_start(epochs - 1)
+        method.on_epoch_start(epoch)
     with FlopCount() as counter:
-        out = method.training_step(batch, epochs - 1, 0)
+        out = method.training_step(batch, epoch, 0)
         out.loss.backward()
     backbone.zero_grad(set_to_none=True)
     return counter.total / 1e9
@@ -187,18 +218,20 @@ def plan_grid(where: str, grid: Grid, backbones: dict, announce: Callable[[str],
         except (OSError, ValueError, ImportError) as exc:
             raise PlanError(f"backbone {spec.backbone} ({spec.weights or 'default weights'}): {exc}") from None
     backbone, device = backbones[key], torch.device("cpu")  # FLOPs are the same anywhere: counted here
-    batch = _batch(backbone, dataset, device)
+    batch, pixels = _batch(backbone, dataset, device), dataset_pixels(backbone, dataset)
     trained = int(round(len(dataset.train) * (1 - spec.holdout)))
     steps = spec.epochs * math.ceil(trained / spec.batch_size)
-    counted: dict[str, float] = {}
+    counted: set[str] = set()
     per_label = Counter(cell.key.method for cell in grid.cells if not math.isnan(cell.key.noise_rate))
     rows = []
     for cell in grid.cells:
         label = cell.key.method
         if math.isnan(cell.key.noise_rate) or label in counted:
             continue  # a reference row trains nothing
-        counted[label] = scaled_step_gflop(cell, backbone, batch, spec.epochs, spec.batch_size, device)
-        rows.append(RowCost(label, per_label[label], steps, counted[label]))
+        counted.add(label)
+        first, last = (scaled_step_gflop(cell, backbone, batch, spec.epochs, spec.batch_size, device, epoch, pixels)
+                       for epoch in (0, spec.epochs - 1))
+        rows.append(RowCost(label, per_label[label], spec.epochs, steps, first, last))
     setting = (f"{spec.dataset} / {spec.backbone} / {spec.noise_protocol} at {','.join(f'{r:g}' for r in spec.noise_rates)}, "
                f"seeds {','.join(map(str, spec.seeds))}, {spec.epochs} epochs, batch {spec.batch_size}")
     return GridPlan(where, setting, len(grid.cells), len(grid.pending()), rows, notes)

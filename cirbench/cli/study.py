@@ -83,10 +83,11 @@ def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
         for note in plan.notes:
             console.print(f"  [dim]{escape(note)}[/]")
         table = Table(show_header=True)
-        for column in ("row", "cells", "steps per cell", "GFLOP per step", "PFLOP", "hours"):
+        for column in ("row", "cells", "steps per cell", "GFLOP per step, first / last epoch", "PFLOP", "hours"):
             table.add_column(column, justify="left" if column == "row" else "right")
         for row in plan.rows:
-            table.add_row(escape(row.label), str(row.cells), str(row.steps), f"{row.step_gflop:,.1f}", f"{row.pflop:,.3f}",
+            table.add_row(escape(row.label), str(row.cells), str(row.steps), f"{row.first_gflop:,.1f} / {row.step_gflop:,.1f}",
+                          f"{row.pflop:,.3f}",
                           f"{row.pflop * 1e3 / tflops / 3600:,.2f}")
         console.print(table)
         total += plan.pflop
