@@ -19,11 +19,12 @@ from rich.markup import escape
 from cirbench import defaults
 from cirbench.cli.options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Frontier,
-    FrontierPurity, Holdout, Jobs, NoiseProtocol, NoiseTypes, Opt, Plugins, Precision, Replay, Results, Seeds, Weights,
+    FrontierPurity, Holdout, Jobs, NoiseFile, NoiseProtocol, NoiseTypes, Opt, Plugins, Precision, Replay, Results, Seeds, Weights,
     console, fail, parse_dataset_options, split_list,
 )
 from cirbench.cli.grid import (calibrate_grid, calibration_checks, kept_set_options, launch, print_summary,
                                register_plugins, run_here, sweep_grid, validated_grid, write_report)
+from cirbench.cli.noise import noise_app
 from cirbench.cli.study import study
 from cirbench.cli.tools import check_plugin, data_app, list_, predict, reproduce, results_app, start_app
 
@@ -67,7 +68,7 @@ def run(
                                        "are dropped, listed and recorded.")] = False,
     save: Annotated[bool, Opt("--save", help="Save each cell's trained weights under <output>/checkpoints/.")] = False,
     holdout: Holdout = None,
-    backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds",
+    backbone: Backbone = "tiny", weights: Weights = None, noise_protocol: NoiseProtocol = "thirds", noise_file: NoiseFile = None,
     epochs: Epochs = defaults.EPOCHS, batch_size: BatchSize = defaults.BATCH_SIZE,
     output: Annotated[Path, Opt("--output", "-o", help="Results directory (parquet tables).")] = Path("results"),
     cache_dir: CacheDir = Path("datasets"), plugin: Plugins = [],
@@ -103,7 +104,7 @@ def run(
         noise_protocol=noise_protocol, epochs=epochs, batch_size=batch_size, output=output, cache_dir=cache_dir,
         data_root=data_root, plugin_files=list(plugin), overwrite=overwrite, device=device,
         dataset_options=parse_dataset_options(dataset_option), allow_missing=allow_missing, save=save, holdout=holdout, precision=precision,
-        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers,
+        gradient_checkpointing=gradient_checkpointing, features=features, decode_workers=decode_workers, noise_file=noise_file,
         **kept_set_options(frontier, frontier_purity, noise_types, replay)), absolute=launcher != "none")
     if launcher != "none":
         raise typer.Exit(launch(grid, launcher, gpus_per_cell, scheduler_option))
@@ -197,6 +198,7 @@ def report(
 app.add_typer(results_app, name="results")
 app.add_typer(data_app, name="data")
 app.add_typer(start_app, name="start")
+app.add_typer(noise_app, name="noise")
 app.command()(predict)
 app.command()(reproduce)
 app.command("list")(list_)

@@ -38,6 +38,9 @@ WEIGHTS_HELP = (
 )
 Weights = Annotated[Optional[str], Opt("--weights", show_default=False, help=WEIGHTS_HELP)]
 NoiseProtocol = Annotated[str, Opt("--noise-protocol", help="Noise protocol (see `cirbench list noise`).")]
+NoiseFile = Annotated[Optional[Path], Opt("--noise-file", show_default=False, help="A noise instance written by `cirbench "
+                                          "noise export` (parquet): every cell trains on it instead of injecting noise; "
+                                          "the grid takes its dataset, protocol and one rate.")]
 Seeds = Annotated[str, Opt("--seeds", help="Comma-separated seeds (two or more to measure the spread).")]
 Epochs = Annotated[int, Opt("--epochs", help="Training epochs per cell.")]
 BatchSize = Annotated[int, Opt("--batch-size", help="Training batch size (the papers use 128 on BLIP-2).")]

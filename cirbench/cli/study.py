@@ -64,15 +64,54 @@ def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = N
         fail(str(exc))
 
 
+def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
+    """``--plan``: every grid of the study checked and costed (:mod:`cirbench.api.plan`), nothing trained."""
+    from rich.table import Table
+
+    from cirbench.api.plan import PlanError, plan_study
+    from cirbench.config import ConfigError
+    from cirbench.engine.spec import GridError
+    from cirbench.study import StudyError
+
+    try:
+        plans = plan_study(path, plugin, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))
+    except (StudyError, GridError, ConfigError, PlanError) as exc:
+        fail(str(exc))
+    total = 0.0
+    for plan in plans:
+        console.print(f"[bold]{path}: {plan.where}[/]: {escape(plan.setting)}; {plan.cells} cells, {plan.pending} to run")
+        for note in plan.notes:
+            console.print(f"  [dim]{escape(note)}[/]")
+        table = Table(show_header=True)
+        for column in ("row", "cells", "steps per cell", "GFLOP per step, first / last epoch", "PFLOP", "hours"):
+            table.add_column(column, justify="left" if column == "row" else "right")
+        for row in plan.rows:
+            table.add_row(escape(row.label), str(row.cells), str(row.steps), f"{row.first_gflop:,.1f} / {row.step_gflop:,.1f}",
+                          f"{row.pflop:,.3f}",
+                          f"{row.pflop * 1e3 / tflops / 3600:,.2f}")
+        console.print(table)
+        total += plan.pflop
+    console.print(f"{len(plans)} grids, {sum(p.cells for p in plans)} cells: {total:,.3f} PFLOP of training steps, "
+                  f"{total * 1e3 / tflops / 3600:,.2f} hours at {tflops:g} TFLOP/s sustained (the tower's features, "
+                  "evaluations and epoch-level passes come on top: docs/real-datasets.md)")
+
+
 def study(
     path: Annotated[Path, typer.Argument(help="A study file (TOML): its grids, their options, the results and report folders.")],
     jobs: Annotated[Optional[int], Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help="Cells at once (default: the study's jobs, else "
                              "two on a CPU with two or more cores).")] = None,
     plugin: Plugins = [],
+    plan: Annotated[bool, Opt("--plan", help="Train nothing: resolve every cell, check the data files, the noise and the "
+                              "backbone, and print the cells with their estimated cost (FLOP-counted steps).")] = False,
+    tflops: Annotated[float, Opt("--tflops", help="With --plan: the sustained TFLOP/s the hours assume.")] = 100.0,
 ) -> None:
     """Run a study file's grids (run, calibrate, sweep, ablations) into one results folder,
     resumably (finished cells are skipped), then build its report; exit 1 if a cell failed,
-    a calibration target was missed or the report could not be built."""
+    a calibration target was missed or the report could not be built. With --plan, check and
+    cost it instead."""
+    if plan:
+        print_plan(path, list(plugin), tflops)
+        return
     outcomes, met = run_study(path, jobs, list(plugin))
     if not met or any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)

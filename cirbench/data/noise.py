@@ -25,6 +25,7 @@ from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.hard_noise import HardProtocol
 from cirbench.data.noise_rules import NoiseProtocolError, mislabel_problems, proposal_problems
 from cirbench.data.proposal import NOISE_CONTRACT, NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
+from cirbench.data.release_noise import ReleaseProtocol
 from cirbench.registry import Registry
 from cirbench.results.atomic import atomic_write_parquet
 
@@ -73,7 +74,7 @@ class CaptionProtocol(NoiseProtocol):
 
 
 NOISE_PROTOCOLS: Registry[type[NoiseProtocol]] = Registry("noise protocol", (NOISE_CONTRACT,))
-for _builtin in (ThirdsProtocol, CaptionProtocol, HardProtocol):  # as a plugin's class is (cirbench.plugins)
+for _builtin in (ThirdsProtocol, CaptionProtocol, HardProtocol, ReleaseProtocol):  # as a plugin's class is (cirbench.plugins)
     NOISE_PROTOCOLS.register(_builtin)
 
 

@@ -27,7 +27,8 @@ from cirbench.checkpoint import save_checkpoint as write_checkpoint
 from cirbench.config import config_to_dict
 from cirbench.data.base import CIRDataset, TripletSplit
 from cirbench.data.holdout import HoldoutSplit, hold_out
-from cirbench.data.noise import NoiseManifest, inject_noise
+from cirbench.data.noise import NoiseManifest
+from cirbench.data.noise_file import noisy_training
 from cirbench.engine.distributed import broadcast_object, confirm_cell, is_main_process, settle_failure, world_size
 from cirbench.engine.evaluate import METRICS_VERSION, Evaluation, evaluate, metrics_frame
 from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_trainer
@@ -82,9 +83,8 @@ class NoisySplit:
 
 def noisy_split(spec: GridSpec, key: CellKey, dataset: CIRDataset, tokens: np.ndarray) -> NoisySplit:
     """The noise injection of ``key`` (its protocol, rate and seed) and the held-out split."""
-    noisy, manifest = inject_noise(
-        dataset, spec.noise_protocol, key.noise_rate, key.seed, image_features=lambda: pooled_features(tokens),
-    )
+    noisy, manifest = noisy_training(dataset, spec.noise_protocol, key.noise_rate, key.seed, spec.noise_file,
+                                     image_features=lambda: pooled_features(tokens))
     if not spec.holdout:
         return NoisySplit(manifest, noisy, manifest, None)
     held = hold_out(noisy, manifest, spec.holdout, key.seed)

@@ -15,7 +15,7 @@ from cirbench.data.registry import DATASETS
 from cirbench.engine.kept_plan import kept_set_cells
 from cirbench.engine.resources import CellResources
 from cirbench.engine.spec import (Cell, GridError, GridSpec, backbone_label, base_method, check_lists, dataset_label,
-                                  reference_cells, run_id_for, same_cell_elsewhere)
+                                  noise_file_problem, reference_cells, run_id_for, same_cell_elsewhere)
 from cirbench.plugins import Discovery, discover
 from cirbench.results.store import CellKey, ResultsFolderError, ResultsStore
 
@@ -61,6 +61,7 @@ class Grid:
         if not spec.methods:
             raise GridError("no method selected (--methods is empty)")
         check_lists(spec)
+        noise_file_problem(spec)
         for rate in spec.noise_rates:
             if not 0.0 <= rate < 1.0:
                 raise GridError(f"noise rate {rate} is outside [0, 1)")

@@ -24,7 +24,8 @@ from cirbench.backbones.registry import BACKBONES
 from cirbench.data.base import CIRDataset
 from cirbench.data.check import DatasetProblemsError
 from cirbench.data.dataset_rules import dataset_rule_problems
-from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
+from cirbench.data.noise import NOISE_PROTOCOLS
+from cirbench.data.noise_file import NoiseFileError, noisy_training
 from cirbench.data.noise_rules import NoiseProtocolError
 from cirbench.data.registry import DATASETS
 from cirbench.engine.grid import Grid
@@ -82,8 +83,8 @@ def check_manifests(grid: Grid, dataset: CIRDataset, features: Callable[[], obje
     for rate in spec.noise_rates:
         for seed in spec.seeds:
             try:
-                inject_noise(dataset, spec.noise_protocol, rate, seed, image_features=features)
-            except NoiseProtocolError as exc:
+                noisy_training(dataset, spec.noise_protocol, rate, seed, spec.noise_file, image_features=features)
+            except (NoiseProtocolError, NoiseFileError) as exc:
                 raise PluginCheckError(str(exc)) from None
             except Exception as exc:  # a protocol that raises cannot run any cell
                 raise PluginCheckError(f"{who(NOISE_PROTOCOLS, spec.noise_protocol)} at rate {rate:g}, seed {seed}: "

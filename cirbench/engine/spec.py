@@ -14,13 +14,14 @@ from pathlib import Path
 from cirbench import defaults
 from cirbench.backbones.registry import BACKBONES
 from cirbench.config import config_to_dict
+from cirbench.data.noise_file import NoiseFileError, file_digest, instance_metadata
 from cirbench.data.registry import DATASETS
 from cirbench.engine.reference import REFERENCE_ROWS
 from cirbench.method import Method, MethodConfig
 from cirbench.results.store import CellKey
 
 __all__ = ["Cell", "GridError", "GridSpec", "KeptSet", "backbone_label", "base_method", "check_lists", "dataset_label",
-           "absolute_spec", "reference_cells", "run_id_for", "same_cell_elsewhere"]
+           "absolute_spec", "noise_file_problem", "reference_cells", "run_id_for", "same_cell_elsewhere"]
 
 
 @dataclass
@@ -58,6 +59,8 @@ class GridSpec:
     """Whether to add a kept-set cell per noise type of the protocol (``--noise-types``)."""
     replay: list[str] = field(default_factory=list)
     """The methods whose runs' kept sets are replayed (``--replay``)."""
+    noise_file: Path | None = None
+    """A noise instance read back (``--noise-file``, :mod:`cirbench.data.noise_file`) instead of injected."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
             **({"holdout": spec.holdout} if spec.holdout else {}),
             **({"dataset_key": dataset_key} if dataset_key is not None else {}),
             **({"precision": spec.precision} if spec.precision != "fp32" else {}),
+            **({"noise_file": file_digest(spec.noise_file)} if spec.noise_file else {}),
         },
         sort_keys=True,
     )
@@ -166,12 +170,29 @@ def check_lists(spec: GridSpec) -> None:
         raise GridError(f"--seeds {','.join(str(s) for s in spec.seeds)}: seed {negative[0]} is negative; a seed must be >= 0")
 
 
+def noise_file_problem(spec: GridSpec) -> None:
+    """Refuse a ``--noise-file`` that is not an instance of the grid's dataset, protocol and
+    (only) noise rate; its entries are checked against the dataset at the pre-flight."""
+    if spec.noise_file is None:
+        return
+    try:
+        meta = instance_metadata(spec.noise_file)
+    except NoiseFileError as exc:
+        raise GridError(f"--noise-file {exc}") from None
+    wanted = (meta.get("dataset"), meta.get("protocol"), [float(meta.get("rate", -1))])
+    if (spec.dataset, spec.noise_protocol, [float(r) for r in spec.noise_rates]) != wanted:
+        raise GridError(f"--noise-file {spec.noise_file}: an instance of {wanted[0]!r}, protocol {wanted[1]!r}, rate "
+                        f"{wanted[2][0]:g}; the grid asks for {spec.dataset!r}, {spec.noise_protocol!r} at "
+                        f"{','.join(f'{r:g}' for r in spec.noise_rates)} (run it with --dataset {wanted[0]} "
+                        f"--noise-protocol {wanted[1]} --noise {wanted[2][0]:g})")
+
+
 def absolute_spec(spec: GridSpec) -> GridSpec:
     """``spec`` with every path absolute, so that a job started elsewhere finds the files."""
     resolve = lambda p: None if p is None else Path(p).expanduser().resolve()  # noqa: E731
     return replace(
         spec, output=resolve(spec.output), cache_dir=resolve(spec.cache_dir), data_root=resolve(spec.data_root),
-        plugin_files=[resolve(p) for p in spec.plugin_files],
+        plugin_files=[resolve(p) for p in spec.plugin_files], noise_file=resolve(spec.noise_file),
     )
 
 
