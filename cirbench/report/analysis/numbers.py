@@ -64,6 +64,20 @@ def seed_stats(grouped) -> pd.DataFrame:
     return pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1)
 
 
+def format_points(difference: float) -> str:
+    """A difference in percentage points, signed, as every line, table and figure label that
+    compares two numbers prints it: ``1.63`` -> ``+1.6`` (``-`` without a value)."""
+    return f"{difference:+.1f}" if math.isfinite(difference) else "-"
+
+
+def format_percent(value: float) -> str:
+    """A share or purity already in percent as every table, line and figure label prints it:
+    ``42.85`` -> ``42.9`` (rounded half away from zero, so a number never reads two ways)."""
+    if not math.isfinite(value):
+        return "-"
+    return f"{math.copysign(math.floor(abs(value) * 10 + 0.5) / 10, value):.1f}"
+
+
 def format_mean(mean: float, std: float, n: int) -> str:
     """A table cell's ``mean ± std`` over ``n`` seeds (the mean alone without a spread; ``-`` without a mean)."""
     if not math.isfinite(mean):

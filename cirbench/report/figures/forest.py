@@ -24,15 +24,13 @@ from matplotlib.lines import Line2D
 from cirbench.report.analysis.claims import Check, Claim
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE
 from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
+from cirbench.report.figures.palette import answer_colour
 
-VERDICT_STYLES: dict[str, dict] = {
-    HOLDS: {"color": "#117733", "marker": "o"},
-    DOES_NOT_HOLD: {"color": "#882255", "marker": "X"},
-    INCONCLUSIVE: {"color": "#8C8C8C", "marker": "D"},
-}
-"""Colour and marker per verdict: Paul Tol's green and wine (safe for colour-blind readers) and
-a grey, none of them a method's colour (:data:`~cirbench.report.figures.palette.OKABE_ITO`, black for
-the perfect filter), so a verdict never reads as a method."""
+VERDICT_MARKERS: dict[str, str] = {HOLDS: "o", DOES_NOT_HOLD: "X", INCONCLUSIVE: "D"}
+VERDICT_STYLES: dict[str, dict] = {verdict: {"color": answer_colour(verdict), "marker": marker}
+                                   for verdict, marker in VERDICT_MARKERS.items()}
+"""Colour and marker per verdict: the answers' colours (:func:`~cirbench.report.figures.palette.answer_colour`,
+the claims table's too), none of them a method's colour, so a verdict never reads as a method."""
 UNITS: dict[str, str] = {
     "recall": "difference in {metric} (percentage points)",
     "purity": "purity difference (points); against chance: purity minus the clean share",

@@ -21,18 +21,17 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.analysis.numbers import (
-    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, headline_column, rate_label, run_columns, summarize,
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, format_percent, headline_column, rate_label, run_columns,
+    summarize,
     validation_metrics, wide_columns,
 )
 from cirbench.report.analysis.references import reference_stats
 from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
 )
-from cirbench.report.figures.palette import method_styles, reference_style
+from cirbench.report.figures.palette import CLEAN_COLOUR, CLEAN_NAME, NOISY_COLOUR, NOISY_NAME, method_styles, reference_style
 from cirbench.results.roles import BASELINE
 
-CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive
-NOISY_COLOUR = "#E8829F"  # ConeSep Fig. 6: pink Wrong Positive
 
 
 def _label(setting: Setting, method: str) -> str:
@@ -145,7 +144,9 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     runs = setting.runs.set_index("run_id")
     counts = counts.join(runs[["n_train", "n_noisy"]], on="run_id")
     counts["n_clean_total"] = counts.n_train - counts.n_noisy
-    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train"]].mean()
+    counts["purity"] = 100 * counts.n_selected_clean / counts.n_selected
+    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train",
+                                                      "purity"]].mean()
     methods = [m for m in setting.methods if m in means.index.get_level_values("method")]
     title = f"Kept-clean set {LAST_EPOCH}, ConeSep Fig. 6 style (mean over seeds): {setting.describe()}"
     fig, axes = _grid(len(methods), 4, 3.6, 3.2, title)
@@ -162,9 +163,9 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         # What a random subset of the same size would hold: kept x (clean share of the training set).
         chance = (clean + noisy) * rows.n_clean_total.to_numpy() / rows.n_train.to_numpy()
         ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
-        for xi, c, n in zip(x, clean, noisy):
+        for xi, c, n, purity in zip(x, clean, noisy, rows.purity.to_numpy()):  # the tables' mean of each run's purity
             if np.isfinite(c) and c + n > 0:
-                ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
+                ax.text(xi, c + n + top * 0.02, f"{format_percent(purity)}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
         ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
                           for r in rates])
         ax.set_ylim(0, top * 1.15)
@@ -183,10 +184,10 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     )
     return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  f"Stacked bars: the set each method kept as clean {LAST_EPOCH} (where its kept set is final), split into truly clean "
-                 "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
-                 "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
+                 f"({CLEAN_NAME}) and truly noisy ({NOISY_NAME}) samples; the purity (clean share, the mean of each seed's) is printed on top and the dotted "
+                 "outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
-                 f"samples only where its blue part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
+                 f"samples only where its {CLEAN_NAME} part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
                  f"{BELOW_CHANCE_MARK}: kept a set less clean than chance on a seed (see Kept sets below chance).")
 
 
@@ -317,8 +318,8 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
                         Patch(color=NOISY_COLOUR, alpha=0.6, label="truly noisy")],
                loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out, "score_distributions", "Noise-score distributions",
-                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean (blue) from truly "
-                 "noisy (pink) training samples; little overlap means a clean separation.")
+                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean ({CLEAN_NAME}) from truly "
+                 f"noisy ({NOISY_NAME}) training samples; little overlap means a clean separation.")
 
 
 @styled

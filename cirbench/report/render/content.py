@@ -150,7 +150,7 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
         figures = all_figures(setting, output / setting.slug, read)
         lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
         claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
-        sections.append(Section(setting, at_a_glance(read), tables, [f for f in figures if f not in lead], claims, metric,
+        sections.append(Section(setting, at_a_glance(read, board), tables, [f for f in figures if f not in lead], claims, metric,
                                 claims_selection(setting), room_lines(read) + parity_lines(read),
                                 claims_forest(claims, output / setting.slug, metric), board, lead,
                                 kept_section(setting, output / setting.slug), first_screen(setting, board)))
