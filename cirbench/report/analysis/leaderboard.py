@@ -235,11 +235,10 @@ RECALL_TERMS: tuple[tuple[str, str], ...] = (
 
 def recall_terms(column: str) -> dict[str, str]:
     """Each recall a column name holds (``Avg(R@5, R_sub@1)`` holds two), defined."""
-    found = {}
+    found = []
     for pattern, words in RECALL_TERMS:
-        for match in re.finditer(rf"(?<![\w_]){pattern}", column):
-            found[match[0]] = words.format(k=match[1])
-    return found
+        found += [(match.start(), match[0], words.format(k=match[1])) for match in re.finditer(rf"(?<![\w_]){pattern}", column)]
+    return {name: words for _, name, words in sorted(found)}
 
 
 def terms(board: Leaderboard) -> dict[str, str]:

@@ -41,7 +41,7 @@ def legend(board: Leaderboard) -> str:
     pair = f"**{board.metric}**, then {board.recall}" if _shows_recall(board) else f"**{board.metric}**"
     answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
     return (
-        f"Each cell: {pair}, % of validation queries, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+        f"Each cell: {pair}, {ON_VALIDATION} in %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
         f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and over queries, on one side "
         f"of 0): {answers}. **Bold**: ahead of every other ranked method by that rule; <u>underlined</u>: leaders it "
         f"does not separate. {BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on "
@@ -83,7 +83,7 @@ def _html_emphasis(text: str, lead: str) -> str:
 
 def _title(words: str | None) -> str:
     """A hover text attribute (empty without words)."""
-    return f' title="{html.escape(words)}"' if words else ""
+    return f' title="{html.escape(words.replace("`", ""))}"' if words else ""
 
 
 def _row_html(row: LeaderRow, board: Leaderboard) -> str:
