@@ -41,11 +41,10 @@ def legend(board: Leaderboard) -> str:
     pair = f"**{board.metric}**, then {board.recall}" if _shows_recall(board) else f"**{board.metric}**"
     answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
     return (
-        f"Each cell: {pair}, {ON_VALIDATION} in %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
-        f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and over queries, on one side "
-        f"of 0): {answers}. **Bold**: ahead of every other ranked method by that rule; <u>underlined</u>: leaders it "
-        f"does not separate. {BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on "
-        "a seed."
+        f"Each cell: {pair}: {ON_VALIDATION}, %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+        f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of "
+        f"0): {answers}. **Bold**: ahead of every other ranked method; <u>underlined</u>: leaders not separated. "
+        f"{BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
         + (f" ({TOLD_RATE}): read the configured noise rate, privileged information real data does not come with."
            if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
