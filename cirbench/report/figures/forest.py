@@ -39,6 +39,8 @@ UNITS: dict[str, str] = {
 }
 """The forest's panels in order, each with its x-axis label."""
 ROW_HEIGHT = 0.25  # inches per row or group label
+LABEL_CHARS = 30
+"""The widest row label (characters) before it wraps onto a second line: two columns share the width."""
 WIDTH = 11.0
 """The figure's width (inches) with its panels in two columns: at most two 1280x800 screens tall
 for the committed study's claims."""
@@ -207,7 +209,8 @@ def _panel(ax: Axes, lines: list[tuple[str, ForestRow | None]], limits: tuple[fl
                 ax.axhline(y + 0.5, color="0.55", linewidth=0.8)
             continue
         _draw_row(ax, y, row.check, limits)
-    ax.set_yticks([n - 1 - i for i in range(n)], [text for text, _ in lines], fontsize=FONT)
+    ax.set_yticks([n - 1 - i for i in range(n)], [textwrap.fill(text, LABEL_CHARS) for text, _ in lines], fontsize=FONT - 1,
+                  linespacing=0.95)
     for label, (_, row) in zip(ax.get_yticklabels(), lines):
         if row is None:
             label.set_fontweight("bold")
@@ -217,7 +220,7 @@ def _panel(ax: Axes, lines: list[tuple[str, ForestRow | None]], limits: tuple[fl
     ax.axvline(0.0, color="#bbbbbb", linewidth=0.6, zorder=0)
     if title:
         ax.set_title(title, loc="left", fontsize=FONT + 1, fontweight="bold")
-    ax.set_xlabel(xlabel, fontsize=FONT)
+    ax.set_xlabel(textwrap.fill(xlabel, int(1.5 * LABEL_CHARS)), fontsize=FONT - 1)
     ax.grid(axis="x", alpha=0.3)
 
 
