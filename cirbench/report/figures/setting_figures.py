@@ -25,6 +25,7 @@ from cirbench.report.analysis.numbers import (
     summarize,
     validation_metrics, wide_columns,
 )
+from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
 from cirbench.report.analysis.references import reference_stats
 from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
@@ -71,13 +72,19 @@ def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width
 def _method_legend(fig: Figure, setting: Setting, methods: list[str], styles: dict[str, dict],
                    extra: list[Line2D] | None = None, ncols: int = 6) -> None:
     handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in methods] + (extra or [])
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), ncols), frameon=False)
+    fitting = max(2, int(fig.get_figwidth() // 2.4))  # a column per 2.4 inches: no entry cut at the figure's edge
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), ncols, fitting), frameon=False)
 
 
 def _rate_axis(ax: Axes, rates: list[float]) -> None:
     ax.set_xticks([r * 100 for r in rates], [rate_label(r) for r in rates])
     ax.set_xlabel("noise rate")
     ax.grid(alpha=0.3)
+
+
+DODGE = 0.9
+"""How far apart (noise-rate percent) the methods' points are set at each rate, so lines that
+lie on each other are still told apart (each method has its marker too)."""
 
 
 @styled
@@ -89,6 +96,8 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     columns = list(per_run.columns)
     if not columns:
         return None
+    first = [c for c in (headline_column(columns), *RECALL_COLUMNS) if c in columns]
+    columns = list(dict.fromkeys(first + columns))  # the headline first, then R@10, then the rest
     stats = summarize(setting, per_run)
     styles = method_styles(setting)
     references = reference_stats(setting)
@@ -96,12 +105,11 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     title = f"Validation recall vs noise rate, {CLAIMS_EPOCH} (mean ± std over seeds): {setting.describe()}"
     fig, axes = _grid(len(columns), 4, 3.6, 2.9, title)
     rates, ringed = setting.rates, False
+    drawn = [m for m in setting.methods if m in stats.index.get_level_values("method")]
     for ax, column in zip(axes, columns):
-        for method in setting.methods:
-            if method not in stats.index.get_level_values("method"):
-                continue
+        for i, method in enumerate(drawn):
             rows = stats.xs(method, level="method").sort_index()
-            x = rows.index.to_numpy() * 100
+            x = rows.index.to_numpy() * 100 + DODGE * (i - (len(drawn) - 1) / 2)  # side by side where lines meet
             mean, std = rows[("mean", column)].to_numpy(), rows[("std", column)].fillna(0).to_numpy()
             ax.plot(x, mean, **styles[method], label=_label(setting, method))
             ax.fill_between(x, mean - std, mean + std, color=styles[method]["color"], alpha=0.15, linewidth=0)
@@ -117,8 +125,9 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
                    extra=[Line2D([], [], **reference_style(setting, name), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
     return save_figure(fig, out, "recall_vs_noise", "Recall vs noise rate",
-                 f"One panel per metric, {ON_VALIDATION} in percent {CLAIMS_EPOCH}; a line per method (mean over "
-                 "seeds) with a ±1 std band. Horizontal lines are "
+                 f"One panel per metric, the headline first, then R@10, {ON_VALIDATION} in percent {CLAIMS_EPOCH}; a line "
+                 "per method (mean over seeds, its own marker, its points set a little apart at each rate) with a ±1 std "
+                 "band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
                  "triplets. A red ring "
