@@ -38,11 +38,11 @@ def answer_line(board: Leaderboard, rate: float) -> str | None:
     leader = None
     for row in board.ranked:
         cell = row.cells.get(rate)
+        leader = row if cell is not None and cell.lead == BEST else leader
         if row.method == board.baseline or cell is None or cell.versus not in groups:
             continue
         gain = cell.metric.mean - base.metric.mean
         groups[cell.versus].append((gain, _named(row, cell, gain if cell.versus in (BETTER, WORSE) else None)))
-        leader = row if cell.lead == BEST else leader
     better = [name for _, name in sorted(groups[BETTER], reverse=True)]
     worse = [name for _, name in sorted(groups[WORSE])]
     parts = [f"`{leader.method}` leads every other method surely"] if leader is not None else []
