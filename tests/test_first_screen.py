@@ -140,3 +140,50 @@ def test_the_gain_figure_and_the_forest_fit(setting, tmp_path: Path) -> None:
     width, height = Image.open(forest.path).size
     shown = min(1.0, 1232 / width)  # the page's content width at 1280 px
     assert height * shown <= 2 * 800, (width, height)
+
+
+def test_a_purity_quoted_twice_reads_one_way(setting) -> None:
+    """The at-a-glance line's cleanest kept set quotes the purity the purity table prints: both
+    the mean of each seed's purity, two decimals there, one here, rounded by the one formatter."""
+    import re
+
+    from cirbench.report.analysis.glance import at_a_glance
+    from cirbench.report.analysis.numbers import purity_per_run, summarize
+    from cirbench.report.tables.comparison import purity_table
+
+    means = summarize(setting, purity_per_run(setting))[("mean", "Purity")]
+    table = purity_table(setting)
+    purity = table.columns.index("Purity")
+    shown, rate = {}, ""
+    for noise, method, cells in table.rows:
+        rate = noise or rate
+        text = cells[purity].text.split(" ")[0]
+        if text != "-":  # a method that keeps no set
+            shown[(rate, method.rstrip("†"))] = float(text)
+    line = next(line for line in at_a_glance(setting, None) if line.startswith("Cleanest kept set"))
+    quoted = re.findall(r"(\d+)%: (\w+)[^(]* \((\d+\.\d)% clean", line)
+    assert quoted
+    for rate, method, value in quoted:
+        mean = float(means.loc[(float(rate) / 100, method)])
+        assert value == format_percent(mean) and shown[(f"{rate}%", method)] == pytest.approx(mean, abs=0.005)
+
+
+def test_the_purity_bars_print_the_tables_purity(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bar's printed purity is the mean of each seed's purity (the table's number), not the
+    purity of the mean counts, rounded by the one formatter."""
+    from cirbench.report.analysis.numbers import purity_per_run, summarize
+    from cirbench.report.figures import setting_figures
+
+    drawn = {}
+    monkeypatch.setattr(setting_figures, "save_figure", lambda fig, *args, **kwargs: drawn.setdefault("fig", fig))
+    setting_figures.purity_bars(setting, tmp_path)
+    means = summarize(setting, purity_per_run(setting))[("mean", "Purity")]
+    checked = 0
+    for ax in drawn["fig"].axes:
+        method = ax.get_title().split(" ")[0].rstrip("†")
+        labels = [t.get_text() for t in ax.texts]
+        rates = [r for r in setting.rates if (r, method) in means.index and r > 0]
+        expected = [f"{format_percent(float(means.loc[(r, method)]))}%" for r in rates]
+        assert set(expected) <= set(labels), (method, labels, expected)
+        checked += len(expected)
+    assert checked
