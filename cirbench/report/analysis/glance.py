@@ -45,9 +45,10 @@ def answer_line(board: Leaderboard, rate: float) -> str | None:
         groups[cell.versus].append((gain, _named(row, cell, gain if cell.versus in (BETTER, WORSE) else None)))
     better = [name for _, name in sorted(groups[BETTER], reverse=True)]
     worse = [name for _, name in sorted(groups[WORSE])]
-    parts = [f"`{leader.method}` leads every other method surely"] if leader is not None else []
+    leads = leader is not None and leader.method == board.baseline
+    parts = [f"`{leader.method}` leads every other method surely"] if leader is not None and not leads else []
     parts.append(f"{', '.join(better)} {'beats' if len(better) == 1 else 'beat'} `{board.baseline}` surely" if better
-                 else f"no method beats `{board.baseline}` surely")
+                 else f"no method beats `{board.baseline}` surely" + (" (it leads every other surely)" if leads else ""))
     if worse:
         parts.append(f"{', '.join(worse)} {'is' if len(worse) == 1 else 'are'} worse")
     parts += [f"{ANSWERS[key].word} {MARKS[key]}: {', '.join(name for _, name in sorted(found, key=lambda f: f[1]))}"
