@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, best_per_rate, flagged_shares, wide_columns
+from cirbench.report.analysis.glance import answer_lines
+from cirbench.report.analysis.leaderboard import build_leaderboard
+from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
 from cirbench.report.render.table_text import to_html, to_markdown
 from cirbench.report.tables.comparison import ablation_table, recall_table
 from cirbench.report.tables.model import Cell
@@ -164,14 +166,15 @@ def test_at_a_glance_names_best_and_cleanest(built) -> None:
     assert "a random subset: 80.0%" in markdown  # 12 of the 60 training samples are noisy at 20%
 
 
-def test_best_per_rate_never_names_a_sweep_trial_or_an_ablation_row(tmp_path: Path, monkeypatch) -> None:
+def test_the_answers_never_name_a_sweep_trial_or_an_ablation_row(tmp_path: Path, monkeypatch) -> None:
     for label, r10 in (("robust:trial1", 0.90), ("robust:no_x", 0.80)):  # both above every compared method
         for rate in (0.2, 0.5):
             monkeypatch.setitem(R10, (label, rate), r10)
     write_results(tmp_path, methods=("sprc", "robust", "oracle", "robust:trial1", "robust:no_x"), seeds=(0,))
     setting = load_results(tmp_path).settings[0]
     assert setting.trials == ["robust:trial1"] and setting.variants == ["robust:no_x"]
-    assert [(rate, method) for rate, _, method, _ in best_per_rate(setting)] == [(0.2, "robust"), (0.5, "robust")]
+    lines = answer_lines(build_leaderboard(setting, n_resamples=200))
+    assert len(lines) == 2 and all("`robust`" in line and ":trial1" not in line and ":no_x" not in line for line in lines)
 
 
 def test_flag_rate_is_the_share_not_kept(built) -> None:

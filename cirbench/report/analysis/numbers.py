@@ -1,6 +1,6 @@
 """The numbers every room of the report reads a setting by: each run's final-epoch recall
 columns (:func:`run_columns`) and their mean, std and seed count per cell (:func:`summarize`),
-each run's kept-set quality (:func:`purity_per_run`), the best method per noise rate, and the
+each run's kept-set quality (:func:`purity_per_run`), the one formatter of the numbers a reader compares, and the
 words that say which epoch a number is read at and how a rate and a mean are printed."""
 
 from __future__ import annotations
@@ -115,24 +115,6 @@ def purity_per_run(setting: Setting) -> pd.DataFrame:
         label = PURITY_COLUMNS.get(kind, f"{kind.capitalize()} caught")
         out[label] = by_type[kind].reindex(out.index) * 100 if kind in by_type.columns else np.nan
     out[PURITY_COLUMNS["auroc"]] = overall.auroc * 100
-    return out
-
-
-def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
-    """(rate, headline column, best compared method (no perfect filter, no ablation row, no sweep
-    trial: a trial picked on the reported queries would be a peek), its mean) for every
-    noise rate."""
-    per_run = run_columns(setting)
-    column = headline_column(list(per_run.columns))
-    if column is None:
-        return []
-    means = summarize(setting, per_run)["mean"][column]
-    out = []
-    for rate in sorted(means.index.get_level_values("noise_rate").unique()):
-        block = means.xs(rate, level="noise_rate")
-        block = block[block.index.isin(setting.methods) & ~block.index.isin(setting.oracles)].dropna()
-        if len(block):
-            out.append((rate, column, str(block.idxmax()), float(block.max())))
     return out
 
 
