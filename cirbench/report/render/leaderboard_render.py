@@ -42,7 +42,7 @@ def legend(board: Leaderboard) -> str:
     answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
     return (
         f"Each cell: {pair}: {ON_VALIDATION}, %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
-        f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, clear of 0): "
+        f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of 0): "
         f"{answers}. **Bold**: ahead of every other ranked method; <u>underlined</u>: leaders not separated. "
         f"{BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
         + (f" ({TOLD_RATE}): read the configured noise rate, privileged information real data does not come with."
