@@ -7,6 +7,7 @@ first of two epochs and whose last epoch is 8 points lower."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import pandas as pd
@@ -21,7 +22,8 @@ from cirbench.report.figures.forest import VERDICT_STYLES, ForestRow, x_limits
 from cirbench.report.figures.gain_figure import y_limits
 from cirbench.report.figures.palette import OKABE_ITO, ORACLE_STYLE
 from cirbench.report.render.content import assemble
-from cirbench.report.render.leaderboard_render import leaderboard_html
+from cirbench.report.analysis.glance import answer_lines
+from cirbench.report.render.leaderboard_render import leaderboard_html, legend
 from cirbench.report.render.table_text import to_html, to_markdown
 from cirbench.report.tables.model import TOP_MARK
 from test_leaderboard import DECLINE, N_QUERIES, write_study
@@ -50,6 +52,16 @@ def _selected(setting) -> pd.DataFrame:
     return pd.concat(rows, axis=1)
 
 
+def _board_metric(setting) -> dict[tuple[float, str], float]:
+    """The claims' metric (Avg(R@5, R_sub@1), percent) per (noise rate, method) at the claims' epoch, mean over seeds."""
+    view = rule_view(setting, "holdout").setting
+    metrics = view.metrics[(view.metrics.split == "val") & view.metrics.metric.isin(["recall@5", "recall_subset@1"])]
+    last = metrics[metrics.epoch == metrics.groupby("run_id").epoch.transform("max")]
+    per_run = last.groupby("run_id").value.mean() * 100
+    runs = setting.runs.set_index("run_id")[["noise_rate", "method"]].join(per_run.rename("v"), how="inner")
+    return {(float(r), str(m)): float(v) for (r, m), v in runs.groupby(["noise_rate", "method"]).v.mean().items()}
+
+
 def _cells(table, column: str) -> dict[tuple[str, str], str]:
     index, found, rate = table.columns.index(column), {}, ""
     for noise, method, cells in table.rows:
@@ -68,7 +80,8 @@ def test_every_table_and_figure_names_the_epoch_it_reads(content) -> None:
     for figure in figures:
         caption = figure.caption
         assert CLAIMS_EPOCH in caption or LAST_EPOCH in caption or EVERY_EPOCH in caption, f"{figure.path.name}: {caption}"
-    assert "recall on the validation queries" in section.glance[0] and CLAIMS_EPOCH in section.glance[0]
+    assert section.glance[:len(section.leaderboard.rates)] == answer_lines(section.leaderboard)  # the leaderboard's reading
+    assert "recall on the validation queries" in legend(section.leaderboard) and CLAIMS_EPOCH in legend(section.leaderboard)
 
 
 def test_what_says_the_claims_epoch_reads_it(content) -> None:
@@ -89,8 +102,13 @@ def test_what_says_the_claims_epoch_reads_it(content) -> None:
     assert gains[("80%", "tme")] == f"{tme:+.2f}"
     bound = _cells(tables["Reference rows"], "R@10")
     assert any(text == format_mean(*expected.loc[(0.0, "sprc"), ["claims_mean", "claims_std"]], 3) for text in bound.values())
-    best = expected[expected.index.get_level_values("method") != "oracle"].claims_mean.xs(0.5, level="noise_rate")
-    assert f"50%: {best.idxmax()} (" in section.glance[0]
+    at_50 = expected.claims_mean.xs(0.5, level="noise_rate")
+    board = _board_metric(setting)  # the answers' differences are of the claims' metric at the claims' epoch
+    line = next(line for line in section.glance if line.startswith("**50%**"))
+    for method, cell in ((r.method, r.cells.get(0.5)) for r in section.leaderboard.ranked):
+        if cell is not None and cell.versus in ("better", "worse"):
+            assert f"`{method}` ({board[(0.5, method)] - board[(0.5, 'sprc')]:+.1f}" in line
+    assert len(at_50) > 2
 
 
 FRACTION = re.compile(r"(?<![\d.])(?:[+-]?0\.\d{3,}|(?<![+-])0\.\d+)(?!\d|%)")
@@ -134,7 +152,8 @@ def test_the_first_screen_says_what_the_numbers_are(content) -> None:
     hug = next(row for row in board.ranked if row.method == "hug")
     assert hug.cells[0.8].metric_below_start and not board.ranked[0].cells[0.0].metric_below_start
     page = leaderboard_html(board)
-    assert page.count('<th class="m">Avg(R@5, R_sub@1)</th>') == len(board.rates) and '<tr class="sub">' in page
+    title = html.escape("the headline, the claims' metric: the mean of R@5 and R_sub@1")
+    assert page.count(f'<th class="m" title="{title}">Avg(R@5, R_sub@1)</th>') == len(board.rates) and '<tr class="sub">' in page
 
 
 def test_bold_and_underline_are_the_leaderboards_only(content) -> None:

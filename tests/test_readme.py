@@ -41,27 +41,46 @@ def test_the_readmes_results_are_the_committed_reports() -> None:
 
 
 MARKS = {"better": "▲", "worse": "▼", "inconclusive": "○"}
+WORD_LIMIT, LEGEND_LIMIT = 1200, 60
+"""The README's words (``str.split``, the whole file) and the words above a results block's first table."""
 
 
-def _expected_cell(row, shows_recall: bool) -> str:
-    """A leaderboard.csv cell as the leaderboard prints it, read here without the report's code:
-    the claims' metric (bold: best, underlined: tied for the lead, § below zero_shot) with its
-    comparison mark, then R@10."""
-    def number(mean: float, std: float, below: bool) -> str:
-        return f"{mean:.2f} ± {std:.2f}" + ("§" if below else "")
+def _number(mean: float, std: float, below: bool) -> str:
+    return f"{mean:.2f} ± {std:.2f}" + ("§" if below else "")
 
-    metric = number(row.metric_mean, row.metric_std, row.metric_below)
+
+def _expected_cells(row) -> tuple[str, str]:
+    """A leaderboard.csv cell as the README's two tables print it, read here without the report's
+    code: the claims' metric (bold: best, underlined: tied for the lead, § below zero_shot) with
+    its comparison mark, and R@10."""
+    metric = _number(row.metric_mean, row.metric_std, row.metric_below)
     metric = f"**{metric}**" if row.lead == "best" else f"<u>{metric}</u>" if row.lead == "tied" else metric
     mark = MARKS.get(row.versus, "") + ("†" if row.collapsed else "")
-    metric += f" {mark}" if mark else ""
-    return f"{metric} · {number(row.recall_mean, row.recall_std, row.below_zero_shot)}" if shows_recall else metric
+    return metric + (f" {mark}" if mark else ""), _number(row.recall_mean, row.recall_std, row.below_zero_shot)
+
+
+def _tables(block: str) -> dict[str, dict[str, list[str]]]:
+    """The block's Markdown tables by their first header cell: row label -> cells."""
+    tables: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for line in block.splitlines():
+        if not line.startswith("|"):
+            current = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if current is None:
+            current = tables.setdefault(cells[0], {})
+        elif not cells[0].startswith(":--"):
+            current[cells[0]] = cells[1:]
+    return tables
 
 
 def test_the_readme_says_what_the_leaderboard_says() -> None:
-    """Every trained cell of the committed leaderboard, its headline with its marks and R@10
-    beside it, is in the README's block as the leaderboard shows it: the front page cannot rank
-    methods on R@10 alone where the leaderboard's headline and marks say otherwise."""
+    """Every trained cell of the committed leaderboard, its headline with its marks in one table
+    and its R@10 in another, is in the README's block as the leaderboard shows it: the front page
+    cannot rank methods on R@10 alone where the leaderboard's headline and marks say otherwise."""
     block = README[README.index(BEGIN):README.index(END)]
+    tables = _tables(block)
     for csv in sorted((ROOT / "reports").glob("*/leaderboard.csv")):
         board = pd.read_csv(csv, keep_default_na=False, na_values=[""])
         assert f"]({csv.relative_to(ROOT).as_posix()})" in block
@@ -72,12 +91,50 @@ def test_the_readme_says_what_the_leaderboard_says() -> None:
         trained["metric_below"] = (trained.metric_below_zero_shot if "metric_below_zero_shot" in trained.columns
                                    else trained.metric_mean < float(start.iloc[0]))
         rates = sorted(trained.noise_rate.astype(float).unique())
-        shows_recall = trained.recall.iloc[0] != trained.metric.iloc[0]
-        assert f"| Method | {rates[0] * 100:g}% noise: {trained.metric.iloc[0]}" in block
-        lines = {line.split(" | ")[0][2:]: line for line in block.splitlines() if line.startswith("| ")}
+        metric, recall = trained.metric.iloc[0], trained.recall.iloc[0]
+        assert f"| {metric} | " + " | ".join(f"{r * 100:g}%" for r in rates) + " |" in block
         for row in trained.itertuples():
-            cells = [c.strip() for c in lines[row.label].strip("|").split("|")][1:]
-            assert cells[rates.index(float(row.noise_rate))] == _expected_cell(row, shows_recall), (row.label, row.noise_rate)
+            expected = _expected_cells(row)
+            column = rates.index(float(row.noise_rate))
+            assert tables[metric][row.label][column] == expected[0], (row.label, row.noise_rate)
+            assert tables[recall][row.label][column] == expected[1], (row.label, row.noise_rate)
+
+
+def test_the_readme_is_a_quickstart() -> None:
+    """At most WORD_LIMIT words, and at most LEGEND_LIMIT words from a results block's title line
+    to its first table: the rest is the report's, linked."""
+    assert len(README.split()) <= WORD_LIMIT, f"README.md has {len(README.split())} words (at most {WORD_LIMIT})"
+    block = README[README.index(BEGIN) + len(BEGIN):README.index(END)]
+    for setting in re.split(r"\n(?=\*\*)", block)[1:]:
+        above = setting.split("\n| ", 1)[0]
+        assert len(above.split()) <= LEGEND_LIMIT, f"{len(above.split())} words above the first table: {above!r}"
+
+
+def _answers(block: str) -> dict[str, str]:
+    """The block's one-line answers by noise rate."""
+    return {m[1]: m[2] for m in re.finditer(r"^- \*\*(\d+%)\*\*: (.*)$", block, re.M)}
+
+
+def test_the_readmes_answers_are_the_leaderboards_marks() -> None:
+    """Each noise rate's answer names exactly the methods the leaderboard marks better and worse
+    than the baseline, each with its mark and its difference of means (read from the CSV here)."""
+    block = README[README.index(BEGIN):README.index(END)]
+    answers = _answers(block)
+    board = pd.read_csv(next((ROOT / "reports").glob("*/leaderboard.csv")), keep_default_na=False, na_values=[""])
+    versus = next(c for c in board.columns if c.startswith("vs_"))
+    baseline = versus[3:]
+    ranked = board[board.kind == "ranked"]
+    assert set(answers) == {f"{r * 100:g}%" for r in ranked.noise_rate.astype(float).unique()}
+    for rate, here in ranked.groupby(ranked.noise_rate.astype(float)):
+        line = answers[f"{rate * 100:g}%"]
+        base = float(here[here.method == baseline].metric_mean.iloc[0])
+        for row in here[here.method != baseline].itertuples():
+            verdict = getattr(row, versus)
+            named = f"`{row.method}` ({row.metric_mean - base:+.1f} {MARKS[verdict]})"
+            assert (named in line) == (verdict in ("better", "worse")), (rate, row.method, line)
+            assert f"`{row.method}`" in line
+        says_none = f"no method beats `{baseline}` surely" in line
+        assert says_none == (not (here[versus] == "better").any()), line
 
 
 @pytest.mark.parametrize("what, pattern", RESULT_NUMBERS.items())
@@ -105,8 +162,8 @@ def test_the_block_follows_the_report(tmp_path: Path) -> None:
     board.to_csv(csv, index=False)
     assert update_readme(readme, report)
     text = readme.read_text()
-    assert "| sprc | **50.00 ± 0.00** · " in text and text.startswith("# x\n\n") and text.endswith(f"{END}\n\ntail\n")
-    gap_at_80 = re.compile(r"- 80% noise: .*?a gap of \+(\d+\.\d) points")
+    assert "| sprc | **50.00 ± 0.00** |" in text and text.startswith("# x\n\n") and text.endswith(f"{END}\n\ntail\n")
+    gap_at_80 = re.compile(r"- 80%: the perfect filter wins back .*?\(\+(\d+\.\d) points\)")
     before = float(gap_at_80.search(text).group(1))
     cells = next(report.glob("*/selected_metrics.csv"))
     table = pd.read_csv(cells)

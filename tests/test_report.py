@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from cirbench.cli import app
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, best_per_rate, flagged_shares, wide_columns
+from cirbench.report.analysis.glance import answer_lines
+from cirbench.report.analysis.leaderboard import build_leaderboard
+from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
 from cirbench.report.render.table_text import to_html, to_markdown
 from cirbench.report.tables.comparison import ablation_table, recall_table
 from cirbench.report.tables.model import Cell
@@ -158,21 +160,21 @@ def test_failed_cell_is_listed_not_fatal(built) -> None:
 def test_at_a_glance_names_best_and_cleanest(built) -> None:
     _, page = built
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
-    assert ("Highest mean R@10 (recall on the validation queries, %) at each run's held-out-selected epoch (the claims' rule) "
-            "(perfect filters, ablation rows and sweep trials excluded; whether it beats the others surely is the "
-            "leaderboard's mark): 20%: robust (50.50%); 50%: robust (45.00%).") in markdown
+    glance = markdown.split("### At a glance", 1)[1].split("###", 1)[0]  # the first screen's answers, one per rate
+    assert "- **20%**: " in glance and "- **50%**: " in glance and "`robust`" in glance and "surely" in glance
     assert "Cleanest kept set at each run's last epoch: 20%: robust" in markdown
     assert "a random subset: 80.0%" in markdown  # 12 of the 60 training samples are noisy at 20%
 
 
-def test_best_per_rate_never_names_a_sweep_trial_or_an_ablation_row(tmp_path: Path, monkeypatch) -> None:
+def test_the_answers_never_name_a_sweep_trial_or_an_ablation_row(tmp_path: Path, monkeypatch) -> None:
     for label, r10 in (("robust:trial1", 0.90), ("robust:no_x", 0.80)):  # both above every compared method
         for rate in (0.2, 0.5):
             monkeypatch.setitem(R10, (label, rate), r10)
     write_results(tmp_path, methods=("sprc", "robust", "oracle", "robust:trial1", "robust:no_x"), seeds=(0,))
     setting = load_results(tmp_path).settings[0]
     assert setting.trials == ["robust:trial1"] and setting.variants == ["robust:no_x"]
-    assert [(rate, method) for rate, _, method, _ in best_per_rate(setting)] == [(0.2, "robust"), (0.5, "robust")]
+    lines = answer_lines(build_leaderboard(setting, n_resamples=200))
+    assert len(lines) == 2 and all("`robust`" in line and ":trial1" not in line and ":no_x" not in line for line in lines)
 
 
 def test_flag_rate_is_the_share_not_kept(built) -> None:
@@ -259,7 +261,7 @@ def test_a_collapsed_cell_is_marked_in_every_table_and_listed_with_its_reason(bu
         table = markdown.split(f"### {title}", 1)[1].split("###", 1)[0]
         assert "robust†" in table and "robust at 20% on 1 of 2 seeds" in table, title  # the row and its footnote
     assert "| sprc |" in markdown.split("### Retrieval", 1)[1].split("###", 1)[0]  # a healthy row is not marked
-    assert "20%: robust† (50.50%)" in markdown  # at a glance
+    assert "`robust`†" in markdown.split("### At a glance", 1)[1].split("###", 1)[0]  # at a glance
     section = markdown.split("### Collapsed cells", 1)[1].split("###", 1)[0]
     assert f"| robust | 20% | 0 | {reason} |" in section and "never a robustness result" in section
     text = page.read_text(encoding="utf-8")

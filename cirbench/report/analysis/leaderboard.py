@@ -32,7 +32,7 @@ from cirbench.report.analysis.numbers import CLAIMS_EPOCH, headline_column, rate
 from cirbench.report.analysis.references import bound_label, reference_stats
 from cirbench.report.analysis.selection import RuleView, rule_view
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
-from cirbench.results.labels import ZERO_SHOT_ROW
+from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 from cirbench.results.metrics import FASHIONIQ_AVERAGE, RECALL, metric_label
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
@@ -40,10 +40,32 @@ from cirbench.results.selection import DEFAULT_RULE
 RECALL_COLUMNS: tuple[str, ...] = (FASHIONIQ_AVERAGE.part_column(RECALL), metric_label(RECALL))
 """The R@10 shown beside the claims' metric: FashionIQ's category average, else the ``all`` group's."""
 BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How the report says one answer of the claims' rule to "is it better than the baseline?":
+    its word, its mark (Unicode, LaTeX) and its colour (a claims table's verdict, the forest plot)."""
+
+    word: str
+    mark: str
+    tex: str
+    colour: str
+
+
+ANSWERS: dict[str, Answer] = {
+    BETTER: Answer("better", "▲", r"$\uparrow$", "#117733"),
+    WORSE: Answer("worse", "▼", r"$\downarrow$", "#882255"),
+    UNSEPARATED: Answer("inconclusive", "○", r"$\circ$", "#8C8C8C"),
+}
+"""The one place the report's answers are worded, marked and coloured, in the order the legend,
+the one-line answers and the figures list them: every table, figure and line reads it (a new
+answer or a renamed one is one edit here). Colours: Paul Tol's green and wine and a grey, none an
+Okabe-Ito method colour (:mod:`cirbench.report.figures.palette`)."""
 VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNSEPARATED}
-"""The verdict of ``method - baseline > 0`` as the leaderboard names it."""
-MARKS: dict[str, str] = {BETTER: "▲", WORSE: "▼", UNSEPARATED: "○"}
-"""How the report marks each of them: the leaderboard and the kept-set tables."""
+"""The claims' verdict of ``method - baseline > 0`` (and a claim's own verdict) as the answer it is."""
+MARKS: dict[str, str] = {key: answer.mark for key, answer in ANSWERS.items()}
+"""How the report marks each answer: the leaderboard, the one-line answers, the gain figure and the kept-set tables."""
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
 Judge = Callable[[str, Sequence[Term]], Check]
@@ -196,6 +218,52 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
     seeds = sorted({int(s) for s in setting.runs.seed})
     return Leaderboard(metric, recall or "", setting.rates, rows, rule, epochs_text(view), seeds, start[1], baseline,
                        start[0], validation_queries(setting))
+
+
+REFERENCE_TERMS: dict[str, str] = {
+    ZERO_SHOT_ROW: "the start before fine-tuning",
+    TEXT_BLIND_ROW: "the reference image alone",
+    TEXT_ONLY_ROW: "the modification text alone: it can pick the target among a query's few similar images "
+                   "(R_sub) but hardly among all of them",
+}
+"""What each reference row is (not fine-tuned, never ranked)."""
+RECALL_TERMS: tuple[tuple[str, str], ...] = (
+    (r"R_sub@(\d+)", "the target in the top {k} of the query's few similar images (CIRR's subset recall)"),
+    (r"R@(\d+)", "the target in the top {k} of all images"),
+)
+
+
+def recall_terms(column: str) -> dict[str, str]:
+    """Each recall a column name holds (``Avg(R@5, R_sub@1)`` holds two), defined."""
+    found = []
+    for pattern, words in RECALL_TERMS:
+        found += [(match.start(), match[0], words.format(k=match[1])) for match in re.finditer(rf"(?<![\w_]){pattern}", column)]
+    return {name: words for _, name, words in sorted(found)}
+
+
+def terms(board: Leaderboard) -> dict[str, str]:
+    """Every name the first screen uses, each defined in a few words: the columns and the
+    recalls they hold, the baseline, the perfect filter, the bound and the reference rows
+    (the Terms line, and the HTML's hover text on the column and row names)."""
+    found = {board.metric: "the headline, the claims' metric" + (": the mean of " + " and ".join(recall_terms(board.metric))
+                                                                if len(recall_terms(board.metric)) > 1 else "")}
+    found.update(recall_terms(board.metric))
+    if board.recall and board.recall != board.metric:
+        found.update(recall_terms(board.recall))
+    found[board.baseline] = "the baseline, trained on every triplet as given; every mark compares with it"
+    for row in board.rows:
+        if row.kind == PERFECT_FILTER:
+            found[row.label] = f"the perfect filter: `{board.baseline}` trained on the truly clean triplets only; not ranked"
+        elif row.kind == BOUND_ROW:
+            found[row.label] = f"the bound: `{board.baseline}` without noise"
+        elif row.kind == REFERENCE_ROW:
+            found[row.label] = REFERENCE_TERMS.get(row.label, "a reference row") + "; not fine-tuned"
+    return found
+
+
+def terms_line(board: Leaderboard) -> str:
+    """The first screen's line of definitions (Markdown), from :func:`terms`."""
+    return "**Terms**: " + "; ".join(f"`{name}`: {words}" for name, words in terms(board).items()) + "."
 
 
 def validation_queries(setting: Setting) -> str:

@@ -1,6 +1,6 @@
 """The numbers every room of the report reads a setting by: each run's final-epoch recall
 columns (:func:`run_columns`) and their mean, std and seed count per cell (:func:`summarize`),
-each run's kept-set quality (:func:`purity_per_run`), the best method per noise rate, and the
+each run's kept-set quality (:func:`purity_per_run`), the one formatter of the numbers a reader compares, and the
 words that say which epoch a number is read at and how a rate and a mean are printed."""
 
 from __future__ import annotations
@@ -64,6 +64,20 @@ def seed_stats(grouped) -> pd.DataFrame:
     return pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}, axis=1)
 
 
+def format_points(difference: float) -> str:
+    """A difference in percentage points, signed, as every line, table and figure label that
+    compares two numbers prints it: ``1.63`` -> ``+1.6`` (``-`` without a value)."""
+    return f"{difference:+.1f}" if math.isfinite(difference) else "-"
+
+
+def format_percent(value: float) -> str:
+    """A share or purity already in percent as every table, line and figure label prints it:
+    ``42.85`` -> ``42.9`` (rounded half away from zero, so a number never reads two ways)."""
+    if not math.isfinite(value):
+        return "-"
+    return f"{math.copysign(math.floor(abs(value) * 10 + 0.5) / 10, value):.1f}"
+
+
 def format_mean(mean: float, std: float, n: int) -> str:
     """A table cell's ``mean ± std`` over ``n`` seeds (the mean alone without a spread; ``-`` without a mean)."""
     if not math.isfinite(mean):
@@ -101,24 +115,6 @@ def purity_per_run(setting: Setting) -> pd.DataFrame:
         label = PURITY_COLUMNS.get(kind, f"{kind.capitalize()} caught")
         out[label] = by_type[kind].reindex(out.index) * 100 if kind in by_type.columns else np.nan
     out[PURITY_COLUMNS["auroc"]] = overall.auroc * 100
-    return out
-
-
-def best_per_rate(setting: Setting) -> list[tuple[float, str, str, float]]:
-    """(rate, headline column, best compared method (no perfect filter, no ablation row, no sweep
-    trial: a trial picked on the reported queries would be a peek), its mean) for every
-    noise rate."""
-    per_run = run_columns(setting)
-    column = headline_column(list(per_run.columns))
-    if column is None:
-        return []
-    means = summarize(setting, per_run)["mean"][column]
-    out = []
-    for rate in sorted(means.index.get_level_values("noise_rate").unique()):
-        block = means.xs(rate, level="noise_rate")
-        block = block[block.index.isin(setting.methods) & ~block.index.isin(setting.oracles)].dropna()
-        if len(block):
-            out.append((rate, column, str(block.idxmax()), float(block.max())))
     return out
 
 

@@ -24,22 +24,26 @@ from matplotlib.lines import Line2D
 from cirbench.report.analysis.claims import Check, Claim
 from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE
 from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
+from cirbench.report.analysis.numbers import format_points
+from cirbench.report.figures.palette import answer_colour
 
-VERDICT_STYLES: dict[str, dict] = {
-    HOLDS: {"color": "#117733", "marker": "o"},
-    DOES_NOT_HOLD: {"color": "#882255", "marker": "X"},
-    INCONCLUSIVE: {"color": "#8C8C8C", "marker": "D"},
-}
-"""Colour and marker per verdict: Paul Tol's green and wine (safe for colour-blind readers) and
-a grey, none of them a method's colour (:data:`~cirbench.report.figures.palette.OKABE_ITO`, black for
-the perfect filter), so a verdict never reads as a method."""
+VERDICT_MARKERS: dict[str, str] = {HOLDS: "o", DOES_NOT_HOLD: "X", INCONCLUSIVE: "D"}
+VERDICT_STYLES: dict[str, dict] = {verdict: {"color": answer_colour(verdict), "marker": marker}
+                                   for verdict, marker in VERDICT_MARKERS.items()}
+"""Colour and marker per verdict: the answers' colours (:func:`~cirbench.report.figures.palette.answer_colour`,
+the claims table's too), none of them a method's colour, so a verdict never reads as a method."""
 UNITS: dict[str, str] = {
     "recall": "difference in {metric} (percentage points)",
     "purity": "purity difference (points); against chance: purity minus the clean share",
     "AUROC": "AUROC (x100) minus 50 (points)",
 }
 """The forest's panels in order, each with its x-axis label."""
-ROW_HEIGHT = 0.3  # inches per row or group label
+ROW_HEIGHT = 0.25  # inches per row or group label
+LABEL_CHARS = 30
+"""The widest row label (characters) before it wraps onto a second line: two columns share the width."""
+WIDTH = 11.0
+"""The figure's width (inches) with its panels in two columns: at most two 1280x800 screens tall
+for the committed study's claims."""
 PANEL_LINES = 14
 """The most lines (rows and claim labels) in one panel: a longer unit is split at a claim's
 border into panels of their own, each with its axis, so no row is far from its scale."""
@@ -130,40 +134,54 @@ def x_limits(rows: Sequence[ForestRow]) -> tuple[float, float]:
     return left - pad, right + pad
 
 
-def _clip(ax: Axes, y: float, value: float, limits: tuple[float, float], colour: str) -> float:
-    """``value`` within ``limits``; one beyond them is written at the edge it passes."""
+def _edges(ax: Axes, y: float, values: list[float], limits: tuple[float, float], colour: str) -> None:
+    """Write at each edge of ``limits`` the farthest of ``values`` (points) beyond it: a clipped
+    mean or interval is drawn to the edge, its value there."""
     low, high = limits
-    if low <= value <= high:
-        return value
-    edge, align, arrow = (high, "right", "▶") if value > high else (low, "left", "◀")
-    text = f"{value:+.1f} {arrow}" if value > high else f"{arrow} {value:+.1f}"
-    ax.text(edge, y + 0.3, text, ha=align, va="center", fontsize=FONT, color=colour,
-            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
-    return edge
+    beyond_low, beyond_high = [v for v in values if v < low], [v for v in values if v > high]
+    for found, edge, align in ((beyond_low, low, "left"), (beyond_high, high, "right")):
+        if found:
+            value = min(found) if edge == low else max(found)
+            text = f"◀ {format_points(value)}" if edge == low else f"{format_points(value)} ▶"
+            ax.text(edge, y + 0.33, text, ha=align, va="center", fontsize=FONT - 1, color=colour,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3})
 
 
 def _draw_row(ax: Axes, y: float, check: Check, limits: tuple[float, float]) -> None:
     style = VERDICT_STYLES.get(check.verdict, VERDICT_STYLES[INCONCLUSIVE])
     colour = style["color"]
+
+    def bounded(value: float) -> float:
+        return min(max(value, limits[0]), limits[1])
+
     if check.kept_sets:
         values = [100 * (t.purity - t.chance) for t in check.kept_sets]
         mean = sum(values) / len(values)
-        ax.plot([min(max(v, limits[0]), limits[1]) for v in values], [y] * len(values), linestyle="none", marker="|",
-                markersize=10, color=colour)
-        ax.plot([_clip(ax, y, mean, limits, colour)], [y], linestyle="none", markersize=6, **style)
+        ax.plot([bounded(v) for v in values], [y] * len(values), linestyle="none", marker="|", markersize=10, color=colour)
+        ax.plot([bounded(mean)], [y], linestyle="none", markersize=6, **style)
         ax.plot([0.0, 0.0], [y - 0.4, y + 0.4], color="black", linewidth=0.9, linestyle="--")
+        _edges(ax, y, values, limits, colour)
         return
     comparison = check.comparison
-
-    def bounded(interval: tuple[float, float]) -> list[float]:
-        return [min(max(100 * v, limits[0]), limits[1]) for v in interval]
-
+    drawn = [100 * comparison.mean]
     if comparison.seed_interval is not None:
-        ax.hlines(y + 0.12, *bounded(comparison.seed_interval), color=colour, linewidth=3.2, alpha=0.8)
+        ends = [100 * v for v in comparison.seed_interval]
+        ax.hlines(y + 0.12, *map(bounded, ends), color=colour, linewidth=3.2, alpha=0.8)
+        drawn += ends
     if comparison.bootstrap_interval is not None:
-        ax.hlines(y - 0.12, *bounded(comparison.bootstrap_interval), color=colour, linewidth=1.2)
-    ax.plot([_clip(ax, y, 100 * comparison.mean, limits, colour)], [y], linestyle="none", markersize=6, **style)
+        ends = [100 * v for v in comparison.bootstrap_interval]
+        ax.hlines(y - 0.12, *map(bounded, ends), color=colour, linewidth=1.2)
+        drawn += ends
+    ax.plot([bounded(100 * comparison.mean)], [y], linestyle="none", markersize=6, **style)
     ax.plot([100 * comparison.threshold] * 2, [y - 0.4, y + 0.4], color="black", linewidth=0.9, linestyle="--")
+    _edges(ax, y, [v for v in drawn if math.isfinite(v)], limits, colour)
+
+
+def _halves(heights: list[float]) -> int:
+    """Where to cut the panels (in order) into two columns of heights as even as can be."""
+    total = sum(heights)
+    cuts = [(abs(total - 2 * sum(heights[:i])), i) for i in range(1, len(heights) + 1)]
+    return min(cuts)[1]
 
 
 def _chunks(lines: list[tuple[str, ForestRow | None]]) -> list[list[tuple[str, ForestRow | None]]]:
@@ -191,7 +209,8 @@ def _panel(ax: Axes, lines: list[tuple[str, ForestRow | None]], limits: tuple[fl
                 ax.axhline(y + 0.5, color="0.55", linewidth=0.8)
             continue
         _draw_row(ax, y, row.check, limits)
-    ax.set_yticks([n - 1 - i for i in range(n)], [text for text, _ in lines], fontsize=FONT)
+    ax.set_yticks([n - 1 - i for i in range(n)], [textwrap.fill(text, LABEL_CHARS) for text, _ in lines], fontsize=FONT - 1,
+                  linespacing=0.95)
     for label, (_, row) in zip(ax.get_yticklabels(), lines):
         if row is None:
             label.set_fontweight("bold")
@@ -201,33 +220,42 @@ def _panel(ax: Axes, lines: list[tuple[str, ForestRow | None]], limits: tuple[fl
     ax.axvline(0.0, color="#bbbbbb", linewidth=0.6, zorder=0)
     if title:
         ax.set_title(title, loc="left", fontsize=FONT + 1, fontweight="bold")
-    ax.set_xlabel(xlabel, fontsize=FONT)
+    ax.set_xlabel(textwrap.fill(xlabel, int(1.5 * LABEL_CHARS)), fontsize=FONT - 1)
     ax.grid(axis="x", alpha=0.3)
 
 
 @styled
 def draw_forest(panels: dict[str, list[ForestRow]], metric: str | None = None) -> Figure:
     """The forest plot of ``panels`` (:func:`forest_panels`): per unit one axes, or several
-    short ones (:data:`PANEL_LINES`) on the unit's one scale, each with its axis, stacked."""
+    short ones (:data:`PANEL_LINES`) on the unit's one scale, each with its axis, in two columns of even height."""
     parts = []
     for unit, rows in panels.items():
         limits = x_limits(rows)
         xlabel = UNITS[unit].format(metric=metric or "the headline recall")
         chunks = _chunks(_layout(rows))
         parts += [(chunk, limits, xlabel, unit if i == 0 else f"{unit} (continued)") for i, chunk in enumerate(chunks)]
-    heights = [len(chunk) + 2.2 for chunk, *_ in parts]
-    fig = Figure(figsize=(10.0, 1.8 + ROW_HEIGHT * sum(heights)), dpi=DPI, layout="constrained")
-    axes = fig.subplots(len(parts), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
-    for ax, (chunk, limits, xlabel, title) in zip(axes, parts):
-        _panel(ax, chunk, limits, xlabel, title)
+    heights = [len(chunk) + 2.0 for chunk, *_ in parts]
+    split = _halves(heights)
+    columns = [list(zip(parts[:split], heights[:split])), list(zip(parts[split:], heights[split:]))]
+    columns = [c for c in columns if c]
+    tallest = max(sum(h for _, h in column) for column in columns)
+    width = WIDTH if len(columns) > 1 else WIDTH / 1.6
+    fig = Figure(figsize=(width, 1.9 + ROW_HEIGHT * tallest), dpi=DPI, layout="constrained")
+    for sub, column in zip(fig.subfigures(1, len(columns), squeeze=False)[0], columns):
+        ratios = [h for _, h in column] + ([tallest - sum(h for _, h in column)] if sum(h for _, h in column) < tallest else [])
+        axes = sub.subplots(len(ratios), 1, squeeze=False, gridspec_kw={"height_ratios": ratios})[:, 0]
+        for ax, ((chunk, limits, xlabel, title), _) in zip(axes, column):
+            _panel(ax, chunk, limits, xlabel, title)
+        for ax in axes[len(column):]:
+            ax.remove()  # the shorter column's filler: its room stays empty
     handles = [Line2D([], [], linestyle="none", markersize=7, label=verdict, **style) for verdict, style in VERDICT_STYLES.items()]
     handles += [Line2D([], [], color="black", linewidth=3.2, label="seed interval (95% t)"),
                 Line2D([], [], color="black", linewidth=1.2, label="query / sample interval (95% bootstrap)"),
                 Line2D([], [], color="black", marker="|", linestyle="none", markersize=9, label="one seed's purity - chance"),
                 Line2D([], [], color="black", linestyle="--", label="threshold")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False, fontsize=FONT)
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False, fontsize=FONT)
     figure_title(fig, "The claims' comparisons by unit, in percentage points: each difference with its two intervals "
-                      "against its threshold, grouped by claim", 10.0)
+                      "against its threshold, grouped by claim", width)
     return fig
 
 
@@ -252,7 +280,7 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
                        "AUROC), the dashed line the threshold it must clear. A check holds (green) when both bars lie above "
                        "the threshold, does not hold (wine red) when both lie below it, and is inconclusive (grey) "
                        "otherwise. A kept set against chance shows each seed's purity minus the training set's clean share "
-                       "(ticks) and their mean; it holds when the exact test puts every seed above chance (p < 0.01). A value "
-                       "beyond the axis (an outlier that would squeeze every other row) is drawn clipped, its value written "
-                       "at the edge.",
+                       "(ticks) and their mean; it holds when the exact test puts every seed above chance (p < 0.01). A mean or "
+                       "an interval beyond the axis (an outlier that would squeeze every other row) is drawn to the edge, "
+                       "the farthest value there written at it (◀ or ▶).",
                        alt)

@@ -13,12 +13,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
+from cirbench.report.analysis.leaderboard import ANSWERS, MARKS, RECALL_COLUMNS, Leaderboard, build_leaderboard
 from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, headline_column, rate_label, run_columns
+from cirbench.report.analysis.numbers import (
+    CLAIMS_EPOCH, ON_VALIDATION, format_points, headline_column, rate_label, run_columns,
+)
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure, styled
-from cirbench.report.figures.palette import method_styles
+from cirbench.report.figures.palette import answer_colour, method_styles
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
 
@@ -63,8 +65,9 @@ def y_limits(gains: pd.DataFrame, methods: list[str], caps: list[float]) -> tupl
 
 
 def _panel(ax, gains: pd.DataFrame, methods: list[str], filters: set[str], styles: dict, column: str,
-           baseline: str) -> dict[float, float]:
-    """Grouped bars of ``methods``' gains, the cap of the perfect filter at each rate; the caps drawn."""
+           baseline: str, marks: dict[tuple[str, float], str]) -> dict[float, float]:
+    """Grouped bars of ``methods``' gains, the cap of the perfect filter at each rate; the caps
+    drawn; each bar's answer (``marks``: (method, rate) -> answer) written beyond its whisker."""
     rates = list(gains.index)
     x = np.arange(len(rates))
     caps = {float(rate): float(gains.loc[rate, (perfect, "mean")]) for perfect in filters for rate in rates
@@ -78,15 +81,22 @@ def _panel(ax, gains: pd.DataFrame, methods: list[str], filters: set[str], style
         clipped = np.isfinite(mean) & (shown != mean)
         ax.bar(where, shown, width, yerr=np.where(clipped, 0.0, std), color=styles[method]["color"], edgecolor="white",
                capsize=2, error_kw={"elinewidth": 0.8})
+        for xi, rate, value, edge, spread in zip(where, rates, mean, shown, std):
+            answer = marks.get((method, float(rate)))
+            if answer in MARKS and np.isfinite(value):
+                tip = edge if edge != value else value + np.sign(value or 1.0) * spread
+                ax.annotate(MARKS[answer], (xi, tip), xytext=(0, 3 if value >= 0 else -3), textcoords="offset points",
+                            ha="center", va="bottom" if value >= 0 else "top", fontsize=10, color=answer_colour(answer),
+                            annotation_clip=False)
         for xi, value, edge in zip(where[clipped], mean[clipped], shown[clipped]):
-            ax.annotate(f"{value:+.1f}", (xi, edge), xytext=(0, 4 if value < 0 else -4), textcoords="offset points",
+            ax.annotate(format_points(value), (xi, edge), xytext=(0, 4 if value < 0 else -4), textcoords="offset points",
                         ha="center", va="bottom" if value < 0 else "top", fontsize=11, rotation=90,
                         bbox={"facecolor": "white", "edgecolor": styles[method]["color"], "pad": 1.0})
     for xi, rate in zip(x, rates):
         if float(rate) in caps:
             cap = caps[float(rate)]
             ax.hlines(cap, xi - 0.45, xi + 0.45, **CAP_STYLE)
-            ax.annotate(f"cap {cap:+.1f}", (xi, cap), xytext=(0, 3), textcoords="offset points", ha="center",
+            ax.annotate(f"cap {format_points(cap)}", (xi, cap), xytext=(0, 3), textcoords="offset points", ha="center",
                         va="bottom", fontsize=11, annotation_clip=True)
     ax.set_ylim(low, high)
     ax.axhline(0.0, color="0.4", linewidth=0.8)
@@ -99,9 +109,10 @@ def _panel(ax, gains: pd.DataFrame, methods: list[str], filters: set[str], style
 
 
 @styled
-def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> FigureFile | None:
+def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE, board: Leaderboard | None = None) -> FigureFile | None:
     """The gains over the baseline of every compared method on the claims' metric and R@10, the
-    perfect filter's as the cap; None without the baseline or without another method beside it."""
+    perfect filter's as the cap, each bar of the claims' metric with the leaderboard's mark
+    (``board``; built here when not given); None without the baseline or without another method beside it."""
     baseline = setting.role(BASELINE)
     view = rule_view(setting, rule)
     per_run = run_columns(view.setting)
@@ -119,7 +130,10 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     width = 5.2 * len(panels)
     fig = Figure(figsize=(max(width, 8.0), 4.4), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    caps = {c: _panel(ax, g, methods, oracles, styles, c, baseline) for ax, (c, g) in zip(axes, panels.items())}
+    board = board if board is not None else build_leaderboard(setting, rule=rule)
+    marks = {(row.method, float(rate)): cell.versus for row in (board.ranked if board else []) for rate, cell in row.cells.items()}
+    caps = {c: _panel(ax, g, methods, oracles, styles, c, baseline, marks if c == metric else {})
+            for ax, (c, g) in zip(axes, panels.items())}
     cap = ("the perfect filter's gain drawn as the cap at each noise rate" if oracles
            else "no perfect filter in these results: the cap is not measured")
     figure_title(fig, f"Each method's gain over {baseline} (mean ± std over seeds, paired by seed, {CLAIMS_EPOCH}), "
@@ -131,6 +145,8 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
     alt = (f"Bar chart of each method's gain over {baseline} in {' and '.join(panels)} (percentage points) at noise "
            f"rates {', '.join(rate_label(r) for r in next(iter(panels.values())).index)}, one bar per method"
            + (f"; a dashed black line per rate marks the perfect filter's gain ({cap_text})" if cap_text else "")
+           + ". The leaderboard's marks on the " + str(metric) + " bars: "
+           + ", ".join(f"{m} {rate_label(r)} {MARKS[v]}" for (m, r), v in marks.items() if v in MARKS)
            + f". A bar above 0 beats {baseline} on average; "
            + ("the cap is the most a method that only removes noise can reach." if oracles else
               "no perfect filter was run, so the most a method that only removes noise can reach is not measured."))
@@ -138,7 +154,9 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE) -> Figure
                        f"What each method gains over {baseline}" + (", and the perfect filter's cap" if oracles else ""),
                        f"Each method's mean gain over {baseline} at each noise rate in percentage points of {ON_VALIDATION} "
                        f"(paired by seed, the bar's whisker ±1 std over seeds), read {CLAIMS_EPOCH}, on the claims' metric "
-                       f"and on R@10. A bar whose value is written in a box at the axis' edge is clipped: it reaches "
+                       f"and on R@10. Beyond each bar of the claims' metric, the leaderboard's mark ("
+                       + ", ".join(f"{a.mark} {a.word}" for a in ANSWERS.values())
+                       + "): a whisker clear of 0 is not by itself a sure gain. A bar whose value is written in a box at the axis' edge is clipped: it reaches "
                        f"beyond the axis, which is scaled to the other bars and the cap. {_cap_caption(bool(oracles))} "
                        "The leaderboard and the claims say which gains are more than "
                        "seed and query noise.", alt)

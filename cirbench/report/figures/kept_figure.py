@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -18,6 +19,7 @@ from cirbench.report.analysis.kept_worth import BASELINE_POINT, METHOD_POINT, PE
 from cirbench.report.analysis.load import is_kept_set
 from cirbench.report.analysis.numbers import rate_label
 from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure
+from cirbench.report.figures.labels import PointLabel, place_labels
 from cirbench.report.figures.palette import ORACLE_STYLE, method_styles
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
 
@@ -34,70 +36,86 @@ def _mean(points: pd.DataFrame, column: str) -> pd.DataFrame:
     return stats.reset_index()
 
 
-def _frontier(ax, stats: pd.DataFrame, baseline_colour: str) -> None:
+Drawn = tuple[list[PointLabel], list[tuple[float, float]]]
+"""What a part of a panel leaves to label: its labels and every point it drew (data coordinates)."""
+LABEL_STYLE: dict = {"fontsize": 8, "color": "0.25"}
+
+
+def _frontier(ax, stats: pd.DataFrame, baseline_colour: str) -> Drawn:
     line = stats[stats.kind.isin(FRONTIER_KINDS)].sort_values("x")
     if line.empty:
-        return
+        return [], []
     ax.fill_between(line.x, line.y - line.yerr, line.y + line.yerr, color="0.5", alpha=0.18, linewidth=0)
     ax.plot(line.x, line.y, color=ORACLE_STYLE["color"], linestyle=ORACLE_STYLE["linestyle"], marker=ORACLE_STYLE["marker"],
             markersize=4, linewidth=1.4, zorder=3)
-    for row in line[line.kind != BASELINE_POINT].itertuples(index=False):  # the baseline: its colour, in the legend
-        text = "perfect filter" if row.kind == PERFECT_POINT else row.label.split(":", 1)[-1]
-        left = row.kind == PERFECT_POINT  # the line's end: its label inside the axes, off the line
-        ax.annotate(text, (row.x, row.y), xytext=(-2, 5) if left else (3, -11), textcoords="offset points", fontsize=7,
-                    color="0.25", ha="right" if left else "left")
+    labels = [PointLabel("perfect filter" if row.kind == PERFECT_POINT else row.label.split(":", 1)[-1], (row.x, row.y),
+                         LABEL_STYLE) for row in line[line.kind != BASELINE_POINT].itertuples(index=False)]
     base = line[line.kind == BASELINE_POINT]
-    if len(base):
-        ax.plot(base.x, base.y, "o", color=baseline_colour, markersize=7, zorder=4)
+    if len(base):  # on top of every ring, edged, so a replay at the same place never hides it
+        ax.plot(base.x, base.y, "o", color=baseline_colour, markeredgecolor="black", markeredgewidth=0.8, markersize=6,
+                zorder=7)
+    return labels, list(zip(line.x, line.y))
 
 
-LABEL_OFFSETS: tuple[tuple[int, int, str], ...] = ((6, 3, "left"), (-6, 3, "right"), (6, -12, "left"), (-6, -12, "right"))
-"""Where each method's name goes beside its dot, in turn, so that methods at one purity stay legible."""
-
-
-def _methods(ax, stats: pd.DataFrame, styles: dict) -> None:
-    for i, method in enumerate(sorted(set(stats.method[stats.kind == METHOD_POINT]))):
+def _methods(ax, stats: pd.DataFrame, styles: dict) -> Drawn:
+    labels, points = [], []
+    for method in sorted(set(stats.method[stats.kind == METHOD_POINT])):
         colour = styles.get(method, {"color": "0.3"})["color"]
+        marker = styles.get(method, {}).get("marker", "o")
         own = stats[(stats.kind == METHOD_POINT) & (stats.method == method)].iloc[0]
         x, y = own.x, own.y
-        ax.errorbar(x, y, xerr=own.xerr, yerr=own.yerr, fmt="o", color=colour, markersize=8,
-                    capsize=2, elinewidth=0.9, zorder=5)
+        ax.errorbar(x, y, xerr=own.xerr, yerr=own.yerr, fmt=marker, color=colour, markersize=8,
+                    capsize=2, elinewidth=0.9, zorder=6)
+        points.append((x, y))
         replay = stats[(stats.kind == REPLAY) & (stats.method == method)]
         if len(replay):
             ry = replay.y.iloc[0]
-            ax.errorbar(x, ry, yerr=replay.yerr.iloc[0], fmt="o", markerfacecolor="white", markeredgewidth=1.8,
-                        color=colour, markersize=8, capsize=2, elinewidth=0.9, zorder=5)
+            ax.errorbar(x, ry, yerr=replay.yerr.iloc[0], fmt=marker, markerfacecolor="none", markeredgewidth=1.8,
+                        color=colour, markersize=10, capsize=2, elinewidth=0.9, zorder=5)
             ax.annotate("", (x, y), (x, ry), arrowprops={"arrowstyle": "->", "color": colour, "linewidth": 1.2}, zorder=4)
-        dx, dy, align = LABEL_OFFSETS[i % len(LABEL_OFFSETS)]
-        ax.annotate(method, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=8, color=colour, weight="bold",
-                    ha=align)
+            points.append((x, ry))
+        labels.append(PointLabel(method, (x, y), {"fontsize": 8, "color": colour, "weight": "bold"}))
+    return labels, points
 
 
-def _noise_types(ax, stats: pd.DataFrame) -> None:
+def _noise_types(ax, stats: pd.DataFrame) -> Drawn:
+    labels, points = [], []
     for row in stats[stats.kind == NOISE_TYPE].itertuples(index=False):
         ax.plot(row.x, row.y, **NOISE_TYPE_STYLE, zorder=3)
-        ax.annotate(row.label.split(":", 1)[-1], (row.x, row.y), xytext=(-4, 4), textcoords="offset points", fontsize=7,
-                    color="0.35", ha="right")
+        labels.append(PointLabel(row.label.split(":", 1)[-1], (row.x, row.y), {"fontsize": 7, "color": "0.35"}))
+        points.append((row.x, row.y))
+    return labels, points
 
 
-def _panel(ax, points: pd.DataFrame, column: str, name: str, styles: dict, baseline: str, rate: float) -> None:
+def _panel(ax, points: pd.DataFrame, column: str, name: str, styles: dict, baseline: str, rate: float) -> Drawn:
+    """One panel drawn, its labels left to place once the figure is laid out."""
     stats = _mean(points, column)
-    _frontier(ax, stats, styles.get(baseline, {"color": "0.3"})["color"])
-    _noise_types(ax, stats)
-    _methods(ax, stats, styles)
+    parts = [_methods(ax, stats, styles), _frontier(ax, stats, styles.get(baseline, {"color": "0.3"})["color"]),
+             _noise_types(ax, stats)]
     ax.set_xlim(min(stats.x.min() - 8, 40), 103)
-    ax.margins(y=0.1)
+    ax.margins(y=0.12)
     ax.set_xlabel("purity of the kept set (%)")
     ax.set_ylabel(f"{name} (%)")
     ax.set_title(f"{name}, {rate_label(rate)} noise", fontsize=10)
     ax.grid(alpha=0.3)
+    return [label for part in parts for label in part[0]], [point for part in parts for point in part[1]]
 
 
 def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
-    """The purity-recall chart (a row per noise rate with a frontier or a replay, the headline
-    and R@10 side by side) written under ``out``; None when there is nothing of the kind to draw."""
+    """The purity-recall chart (:func:`draw_kept`) written under ``out``; None when there is
+    nothing of the kind to draw."""
     if not worth.drawn:
         return None
+    points = worth.points.dropna(subset=["purity"])
+    rates = sorted(points.noise_rate[points.kind.isin([FRONTIER, REPLAY])].unique())
+    return save_figure(draw_kept(worth), out, "kept_set_worth", "What a kept set is worth: the purity-recall chart",
+                       _caption(worth), _alt(worth, points, rates))
+
+
+def draw_kept(worth: KeptWorth) -> Figure:
+    """The purity-recall chart: a row per noise rate with a frontier or a replay, the headline
+    and R@10 side by side, every label placed where it covers no other label and no point
+    (:func:`~cirbench.report.figures.labels.place_labels`, once the figure is laid out)."""
     points = worth.points.dropna(subset=["purity"])
     rates = sorted(points.noise_rate[points.kind.isin([FRONTIER, REPLAY])].unique())
     columns = [("metric", worth.metric)] + ([("recall", worth.recall)] if worth.recall and worth.recall != worth.metric else [])
@@ -106,36 +124,41 @@ def kept_figure(worth: KeptWorth, out: Path) -> FigureFile | None:
     width = 5.0 * len(columns)  # two rates fit a 1280x800 screen under the heading
     fig = Figure(figsize=(width, 0.9 + 2.9 * len(rates)), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(rates), len(columns), squeeze=False)
+    pending = []
     for row, rate in zip(axes, rates):
         here = points[points.noise_rate == rate]
-        for ax, (column, name) in zip(row, columns):
-            _panel(ax, here, column, name, styles, worth.baseline, rate)
+        pending += [(ax, _panel(ax, here, column, name, styles, worth.baseline, rate)) for ax, (column, name) in zip(row, columns)]
     figure_title(fig, f"What a kept set is worth: score against the purity of the kept set, at the epoch the claims read: "
                       f"{worth.setting.describe()}", width)
     handles = [Line2D([], [], color="black", linestyle="--", marker="s", markersize=4,
                       label=f"frontier ({worth.baseline}'s loss, noise dropped at random)")]
     base = styles.get(worth.baseline, {"color": "0.3"})["color"]
-    handles.append(Line2D([], [], color=base, marker="o", linestyle="none", markersize=7,
+    handles.append(Line2D([], [], color=base, marker="o", markeredgecolor="black", linestyle="none", markersize=6,
                           label=f"{worth.baseline} (keeps every row)"))
     for method in sorted(set(points.method[points.kind == METHOD_POINT])):
         colour = styles.get(method, {"color": "0.3"})["color"]
-        handles.append(Line2D([], [], color=colour, marker="o", linestyle="none", markersize=7,
-                              label=worth.setting.label(method)))  # a method told the rate: marked, its replay too
-    handles.append(Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
+        handles.append(Line2D([], [], color=colour, marker=styles.get(method, {}).get("marker", "o"), linestyle="none",
+                              markersize=7, label=worth.setting.label(method)))  # a method told the rate: marked
+    handles.append(Line2D([], [], color="0.3", marker="o", markerfacecolor="none", linestyle="none", markersize=8,
                           label=f"its replay ({worth.baseline}'s loss, its kept set)"))
     if points.kind.eq(NOISE_TYPE).any():
         handles.append(Line2D([], [], **NOISE_TYPE_STYLE, label="one noise type only"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False, fontsize=8)
-    return save_figure(fig, out, "kept_set_worth", "What a kept set is worth: the purity-recall chart", _caption(worth),
-                       _alt(worth, points, rates))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # lays the figure out: the axes' places and limits are final from here
+    fig.set_layout_engine("none")
+    for ax, (labels, drawn) in pending:
+        place_labels(ax, labels, drawn, renderer)
+    return fig
 
 
 def _caption(worth: KeptWorth) -> str:
     return (f"Each run at the epoch the claims read, its kept set's purity at that same epoch; mean over seeds, the band "
             f"and whiskers ±1 std. The dashed black line is the frontier: `{worth.baseline}` (every row, the clean share), "
             f"the frontier cells (every clean triplet plus noisy ones drawn at random, to a set purity) and the perfect "
-            f"filter (purity 100%), all trained with `{worth.baseline}`'s loss. A filled dot is a method (its purity, its "
-            "score), the hollow dot below or above it its replay (the same kept sets, trained with "
+            f"filter (purity 100%), all trained with `{worth.baseline}`'s loss. The black-edged dot is `{worth.baseline}`, drawn "
+            "above every other mark. A filled marker is a method (its purity, its score), the hollow marker of its shape "
+            "below or above it its replay (the same kept sets, trained with "
             f"`{worth.baseline}`'s loss); the arrow from the replay to the method is the method's other terms. A replay "
             "above the frontier kept a set worth more than a random one of its purity (its noise is the cheap kind); a "
             "method above its replay gains from more than its filter, one below loses in its other terms. Grey diamonds: "

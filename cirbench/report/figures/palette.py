@@ -2,7 +2,11 @@
 for the common colour-vision deficiencies): the hosted methods' colours are data
 (``palette.toml`` beside this module), a plugin method takes the next unused colour; the
 perfect filter black and dashed, the reference rows in greys with line styles of their own
-(:data:`REFERENCE_STYLES`, the rows of :mod:`cirbench.report.analysis.references`)."""
+(:data:`REFERENCE_STYLES`, the rows of :mod:`cirbench.report.analysis.references`). The
+colours that are not methods' never take a method's: truly clean and truly noisy samples
+(:data:`CLEAN_COLOUR`, :data:`NOISY_COLOUR`) and the answers of the claims' rule
+(:func:`answer_colour`, worded and coloured in one place,
+:data:`~cirbench.report.analysis.leaderboard.ANSWERS`)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
+from cirbench.report.analysis.leaderboard import ANSWERS, UNSEPARATED, VERSUS
 from cirbench.report.analysis.load import Setting
 from cirbench.report.analysis.references import BOUND, bound_label
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
@@ -21,6 +26,12 @@ OKABE_ITO: dict[str, str] = {
 PALETTE_FILE = Path(__file__).with_name("palette.toml")
 """The hosted methods' colours, by Okabe-Ito colour name: the same in every setting and report."""
 ORACLE_STYLE: dict = {"color": "black", "linestyle": "--", "marker": "s"}
+CLEAN_COLOUR, CLEAN_NAME = "#DDCC77", "sand"
+NOISY_COLOUR, NOISY_NAME = "#332288", "indigo"
+"""Truly clean and truly noisy samples (Paul Tol's sand and indigo): no method's colour, no answer's."""
+MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
+"""Each method's marker, in the order of :data:`PALETTE_FILE`'s methods then the plugins', so
+lines that lie on top of each other are still told apart."""
 EXTRA_LINESTYLES: tuple[str, ...] = ("-", "-.", (0, (5, 1)))
 """A plugin method's line style: each pass over the palette's colours takes the next one."""
 REFERENCE_STYLES: dict[str, dict] = {
@@ -57,16 +68,25 @@ def method_styles(setting: Setting) -> dict[str, dict]:
     spare = sorted((c for c in OKABE_ITO.values() if c not in taken), key=lambda c: c in hosted.values())
     spare = spare or list(OKABE_ITO.values())
     styles, extra = {}, 0
+    order = list(hosted) + sorted(m for m in setting.methods if m not in hosted)
     for method in setting.methods:
+        marker = MARKERS[order.index(method) % len(MARKERS)]
         if method in setting.oracles:
             styles[method] = dict(ORACLE_STYLE)
         elif method in hosted:
-            styles[method] = {"color": hosted[method], "linestyle": "-", "marker": "o"}
+            styles[method] = {"color": hosted[method], "linestyle": "-", "marker": marker}
         else:
             linestyle = EXTRA_LINESTYLES[(extra // len(spare)) % len(EXTRA_LINESTYLES)]
-            styles[method] = {"color": spare[extra % len(spare)], "linestyle": linestyle, "marker": "^"}
+            styles[method] = {"color": spare[extra % len(spare)], "linestyle": linestyle, "marker": marker}
             extra += 1
     return styles
+
+
+def answer_colour(verdict: str) -> str:
+    """The colour of an answer of the claims' rule (``better``...) or of a claims' verdict
+    (``holds``...), as :data:`~cirbench.report.analysis.leaderboard.ANSWERS` sets it; an unknown one
+    (a claim not run) the unseparated answer's grey."""
+    return ANSWERS[verdict if verdict in ANSWERS else VERSUS.get(verdict, UNSEPARATED)].colour
 
 
 def reference_style(setting: Setting, name: str) -> dict:

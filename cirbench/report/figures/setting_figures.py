@@ -21,18 +21,18 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.analysis.numbers import (
-    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, headline_column, rate_label, run_columns, summarize,
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, format_percent, headline_column, rate_label, run_columns,
+    summarize,
     validation_metrics, wide_columns,
 )
+from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
 from cirbench.report.analysis.references import reference_stats
 from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
 )
-from cirbench.report.figures.palette import method_styles, reference_style
+from cirbench.report.figures.palette import CLEAN_COLOUR, CLEAN_NAME, NOISY_COLOUR, NOISY_NAME, method_styles, reference_style
 from cirbench.results.roles import BASELINE
 
-CLEAN_COLOUR = "#4878CF"  # ConeSep Fig. 6: blue Real Positive
-NOISY_COLOUR = "#E8829F"  # ConeSep Fig. 6: pink Wrong Positive
 
 
 def _label(setting: Setting, method: str) -> str:
@@ -72,13 +72,19 @@ def _grid(n: int, ncols: int, width: float, height: float, title: str, min_width
 def _method_legend(fig: Figure, setting: Setting, methods: list[str], styles: dict[str, dict],
                    extra: list[Line2D] | None = None, ncols: int = 6) -> None:
     handles = [Line2D([], [], **styles[m], label=_label(setting, m)) for m in methods] + (extra or [])
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), ncols), frameon=False)
+    fitting = max(2, int(fig.get_figwidth() // 2.4))  # a column per 2.4 inches: no entry cut at the figure's edge
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), ncols, fitting), frameon=False)
 
 
 def _rate_axis(ax: Axes, rates: list[float]) -> None:
     ax.set_xticks([r * 100 for r in rates], [rate_label(r) for r in rates])
     ax.set_xlabel("noise rate")
     ax.grid(alpha=0.3)
+
+
+DODGE = 0.9
+"""How far apart (noise-rate percent) the methods' points are set at each rate, so lines that
+lie on each other are still told apart (each method has its marker too)."""
 
 
 @styled
@@ -90,6 +96,8 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     columns = list(per_run.columns)
     if not columns:
         return None
+    first = [c for c in (headline_column(columns), *RECALL_COLUMNS) if c in columns]
+    columns = list(dict.fromkeys(first + columns))  # the headline first, then R@10, then the rest
     stats = summarize(setting, per_run)
     styles = method_styles(setting)
     references = reference_stats(setting)
@@ -97,12 +105,11 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
     title = f"Validation recall vs noise rate, {CLAIMS_EPOCH} (mean ± std over seeds): {setting.describe()}"
     fig, axes = _grid(len(columns), 4, 3.6, 2.9, title)
     rates, ringed = setting.rates, False
+    drawn = [m for m in setting.methods if m in stats.index.get_level_values("method")]
     for ax, column in zip(axes, columns):
-        for method in setting.methods:
-            if method not in stats.index.get_level_values("method"):
-                continue
+        for i, method in enumerate(drawn):
             rows = stats.xs(method, level="method").sort_index()
-            x = rows.index.to_numpy() * 100
+            x = rows.index.to_numpy() * 100 + DODGE * (i - (len(drawn) - 1) / 2)  # side by side where lines meet
             mean, std = rows[("mean", column)].to_numpy(), rows[("std", column)].fillna(0).to_numpy()
             ax.plot(x, mean, **styles[method], label=_label(setting, method))
             ax.fill_between(x, mean - std, mean + std, color=styles[method]["color"], alpha=0.15, linewidth=0)
@@ -118,8 +125,9 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
                    extra=[Line2D([], [], **reference_style(setting, name), label=name) for name in references.index]
                    + ([_collapse_handle()] if ringed else []), ncols=5)
     return save_figure(fig, out, "recall_vs_noise", "Recall vs noise rate",
-                 f"One panel per metric, {ON_VALIDATION} in percent {CLAIMS_EPOCH}; a line per method (mean over "
-                 "seeds) with a ±1 std band. Horizontal lines are "
+                 f"One panel per metric, the headline first, then R@10, {ON_VALIDATION} in percent {CLAIMS_EPOCH}; a line "
+                 "per method (mean over seeds, its own marker, its points set a little apart at each rate) with a ±1 std "
+                 "band. Horizontal lines are "
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
                  "triplets. A red ring "
@@ -145,7 +153,9 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     runs = setting.runs.set_index("run_id")
     counts = counts.join(runs[["n_train", "n_noisy"]], on="run_id")
     counts["n_clean_total"] = counts.n_train - counts.n_noisy
-    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train"]].mean()
+    counts["purity"] = 100 * counts.n_selected_clean / counts.n_selected
+    means = counts.groupby(["method", "noise_rate"])[["n_selected_clean", "n_selected_noisy", "n_clean_total", "n_train",
+                                                      "purity"]].mean()
     methods = [m for m in setting.methods if m in means.index.get_level_values("method")]
     title = f"Kept-clean set {LAST_EPOCH}, ConeSep Fig. 6 style (mean over seeds): {setting.describe()}"
     fig, axes = _grid(len(methods), 4, 3.6, 3.2, title)
@@ -162,9 +172,9 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         # What a random subset of the same size would hold: kept x (clean share of the training set).
         chance = (clean + noisy) * rows.n_clean_total.to_numpy() / rows.n_train.to_numpy()
         ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
-        for xi, c, n in zip(x, clean, noisy):
+        for xi, c, n, purity in zip(x, clean, noisy, rows.purity.to_numpy()):  # the tables' mean of each run's purity
             if np.isfinite(c) and c + n > 0:
-                ax.text(xi, c + n + top * 0.02, f"{100 * c / (c + n):.1f}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
+                ax.text(xi, c + n + top * 0.02, f"{format_percent(purity)}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
         ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
                           for r in rates])
         ax.set_ylim(0, top * 1.15)
@@ -183,10 +193,10 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     )
     return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  f"Stacked bars: the set each method kept as clean {LAST_EPOCH} (where its kept set is final), split into truly clean "
-                 "(blue) and truly noisy (pink) samples; the purity (clean share) is printed on top and the dotted "
-                 "outline is the number of truly clean samples in the training set. The dashed tick is the blue part a "
+                 f"({CLEAN_NAME}) and truly noisy ({NOISY_NAME}) samples; the purity (clean share, the mean of each seed's) is printed on top and the dotted "
+                 "outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
-                 f"samples only where its blue part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
+                 f"samples only where its {CLEAN_NAME} part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
                  f"{BELOW_CHANCE_MARK}: kept a set less clean than chance on a seed (see Kept sets below chance).")
 
 
@@ -317,8 +327,8 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
                         Patch(color=NOISY_COLOUR, alpha=0.6, label="truly noisy")],
                loc="outside lower center", ncols=2, frameon=False)
     return save_figure(fig, out, "score_distributions", "Noise-score distributions",
-                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean (blue) from truly "
-                 "noisy (pink) training samples; little overlap means a clean separation.")
+                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean ({CLEAN_NAME}) from truly "
+                 f"noisy ({NOISY_NAME}) training samples; little overlap means a clean separation.")
 
 
 @styled

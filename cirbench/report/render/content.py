@@ -146,11 +146,11 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       purity_table(setting), selection_table(setting), tuned_table(setting),
                       reproduction_table(read, published))
         tables = [t for t in candidates if t is not None]
-        gain = [f for f in [gain_figure(setting, output / setting.slug)] if f is not None]
+        claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
+        gain = [f for f in [gain_figure(setting, output / setting.slug, board=board)] if f is not None]
         figures = all_figures(setting, output / setting.slug, read)
         lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
-        claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
-        sections.append(Section(setting, at_a_glance(read), tables, [f for f in figures if f not in lead], claims, metric,
+        sections.append(Section(setting, at_a_glance(read, board), tables, [f for f in figures if f not in lead], claims, metric,
                                 claims_selection(setting), room_lines(read) + parity_lines(read),
                                 claims_forest(claims, output / setting.slug, metric), board, lead,
                                 kept_section(setting, output / setting.slug), first_screen(setting, board)))

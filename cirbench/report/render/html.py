@@ -11,6 +11,10 @@ import pandas as pd
 
 from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.collapsed import FlagList
+from cirbench.report.analysis.glance import answer_lines, answers_intro
+from cirbench.report.analysis.leaderboard import ANSWERS, VERSUS, terms_line
+from cirbench.report.analysis.significance import NOT_RUN
+from cirbench.report.figures.palette import answer_colour
 from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.render.content import ReportContent, Section
@@ -46,8 +50,6 @@ table.claims th { border-bottom: 2px solid #333; text-align: left; padding: 0.25
 table.claims td { border-top: 1px solid #ddd; vertical-align: top; padding: 0.25em 0.7em; }
 table.claims td.numbers { font-variant-numeric: tabular-nums; font-size: 0.9em; }
 td.verdict { font-weight: 600; white-space: nowrap; }
-td.holds { color: #1a7f37; } td.does-not-hold { color: #b42318; } td.inconclusive { color: #9a6700; }
-td.not-run { color: #777; }
 table.claims details summary { cursor: pointer; color: #555; font-size: 0.9em; }
 table.claims details ul { margin: 0.3em 0; padding-left: 1.2em; font-variant-numeric: tabular-nums; font-size: 0.85em; }
 table.leaderboard { border-collapse: collapse; margin: 0.4em 0 0.3em; font-size: 0.88em; }
@@ -71,7 +73,19 @@ div.wide { overflow-x: auto; max-width: 100%; }
 nav.contents ul { margin: 0.2em 0; } nav.contents li { margin: 0.1em 0; }
 h2.leaderboard { margin-top: 0.8em; font-size: 1.2em; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
+ul.answers { margin: 0.2em 0 0.3em; padding-left: 1.2em; } ul.answers li { margin: 0.1em 0; }
+p.answers-intro { margin: 0.3em 0 0; }
+.terms { color: #333; font-size: 0.85em; margin: 0.2em 0; max-width: 90em; }
+th[title], td[title] { cursor: help; }
+h1 { font-size: 1.5em; margin-top: 0.4em; }
 """
+
+
+def _verdict_css() -> str:
+    """Each answer's and claims verdict's colour, from the one place they are set."""
+    verdicts = [*ANSWERS, *VERSUS, NOT_RUN]
+    return "\n".join(f"td.{v.replace(' ', '-')}, span.mk.{v.replace(' ', '-')} {{ color: {answer_colour(v)}; }}"
+                     for v in verdicts)
 
 
 def _image(figure: FigureFile) -> str:
@@ -168,12 +182,16 @@ def render_html(content: ReportContent) -> str:
     first, then the contents, then each setting's parts (:mod:`cirbench.report.render.layout`)."""
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(content.title)}</title><style>{STYLE}</style></head><body>",
+        f"<title>{html.escape(content.title)}</title><style>{STYLE}{_verdict_css()}</style></head><body>",
         f"<h1>{html.escape(content.title)}</h1>", f'<p class="subtitle">{html.escape(content.subtitle)}</p>',
     ]
     for section in content.sections:
         if section.leaderboard is not None:
+            board = section.leaderboard
             out += [f'<h2 class="leaderboard" id="{leaderboard_anchor(section)}">{html.escape(leaderboard_title(section))}</h2>',
+                    f'<p class="answers-intro">{prose(answers_intro(board))}</p>',
+                    '<ul class="answers">' + "".join(f"<li>{prose(line)}</li>" for line in answer_lines(board)) + "</ul>",
+                    f'<p class="terms">{prose(terms_line(board))}</p>',
                     *(f'<p class="context">{prose(line)}</p>' for line in section.context),
                     f'<p class="legend">{prose(legend(section.leaderboard))}</p>', leaderboard_html(section.leaderboard)]
     out.append(_contents_html(contents(content)))

@@ -11,8 +11,8 @@ from typing import Callable
 import pandas as pd
 
 from cirbench.report.analysis.leaderboard import (
-    BEST, BETTER, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, UNSEPARATED, WORSE,
-    LeaderCell, Leaderboard, LeaderRow, Stat,
+    ANSWERS, BEST, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, LeaderCell, Leaderboard, LeaderRow,
+    Stat, terms,
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
@@ -20,7 +20,7 @@ from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
-TEX_MARKS: dict[str, str] = {BETTER: r"$\uparrow$", WORSE: r"$\downarrow$", UNSEPARATED: r"$\circ$"}
+TEX_MARKS: dict[str, str] = {key: answer.tex for key, answer in ANSWERS.items()}
 BELOW_START_MARK = "§"
 UNRANKED_TITLE = "Not ranked: the perfect filter, the bound and the reference rows (not fine-tuned)"
 
@@ -38,20 +38,15 @@ def _start_text(board: Leaderboard) -> str:
 
 def legend(board: Leaderboard) -> str:
     """The lines above the table: what each cell holds, at which epoch, and every mark (Markdown)."""
-    pair = f"**{board.metric}** (left) and {board.recall} (right)" if _shows_recall(board) else f"**{board.metric}**"
+    pair = f"**{board.metric}**, then {board.recall}" if _shows_recall(board) else f"**{board.metric}**"
+    answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
     return (
-        f"Each cell: {pair}, {ON_VALIDATION}, percent, mean ± std over seeds {','.join(map(str, board.seeds))}, "
-        f"{board.epochs}. "
-        f"Beside {board.metric}, its paired comparison with `{board.baseline}` at that noise rate by the claims' rule (both 95% "
-        f"intervals, over seeds and over queries, on one side of 0): {MARKS[BETTER]} better, {MARKS[WORSE]} worse, "
-        f"{MARKS[UNSEPARATED]} inconclusive. **Bold**: the best of its column, ahead of every other ranked method by "
-        "that rule; <u>underlined</u>: the leaders that rule does not separate (tied for the lead); the other tables "
-        "mark no lead this way. "
-        f"{BELOW_START_MARK} after a number: below `zero_shot`'s{_start_text(board)}, a fine-tune that ends below where "
-        f"it began. {COLLAPSE_MARK} collapsed on a seed. The perfect filter, the bound and the reference rows are never "
-        "ranked."
-        + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
-           "information real data does not come with." if any(TOLD_RATE in row.label for row in board.rows) else "")
+        f"Each cell: {pair}: {ON_VALIDATION}, %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+        f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of 0): "
+        f"{answers}. **Bold**: ahead of every other ranked method; <u>underlined</u>: leaders not separated. "
+        f"{BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
+        + (f" ({TOLD_RATE}): read the configured noise rate, privileged information real data does not come with."
+           if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
 
 
@@ -85,15 +80,22 @@ def _html_emphasis(text: str, lead: str) -> str:
     return f"<b>{text}</b>" if lead == BEST else f"<u>{text}</u>" if lead == TIED else text
 
 
+def _title(words: str | None) -> str:
+    """A hover text attribute (empty without words)."""
+    return f' title="{html.escape(words.replace("`", ""))}"' if words else ""
+
+
 def _row_html(row: LeaderRow, board: Leaderboard) -> str:
-    label = f'<td class="method">{html.escape(row.label)}</td>'
+    defined = terms(board)
+    label = f'<td class="method"{_title(defined.get(row.label) or defined.get(row.method))}>{html.escape(row.label)}</td>'
     if row.span is not None:
         width = len(board.rates) * (2 if _shows_recall(board) else 1)
         text = metric_text(row.span) + (f" · {recall_text(row.span)}" if _shows_recall(board) else "")
         return f'<tr class="{row.kind}">{label}<td class="span" colspan="{width}">{html.escape(text)} (at every noise rate)</td></tr>'
     parts = []
     for rate in board.rates:
-        pair = _pair(row.cells.get(rate), board, _html_emphasis, lambda c: f'<span class="mk">{html.escape(cell_mark(c))}</span>',
+        pair = _pair(row.cells.get(rate), board, _html_emphasis,
+                     lambda c: f'<span class="mk {c.versus}">{html.escape(cell_mark(c))}</span>',
                      lambda c: html.escape(recall_text(c)))
         parts += [f'<td class="m">{pair[0]}</td>'] + [f'<td class="r">{p}</td>' for p in pair[1:]]
     return f'<tr class="{row.kind.replace(" ", "-")}">{label}{"".join(parts)}</tr>'
@@ -105,7 +107,8 @@ def leaderboard_html(board: Leaderboard) -> str:
     head = '<tr><th rowspan="2">Method</th>' + "".join(
         f'<th colspan="{width}">{html.escape(rate_label(r))} noise</th>' for r in board.rates) + "</tr>"
     names = [board.metric, board.recall][:width]
-    head += '<tr class="sub">' + "".join(f'<th class="{"m" if i == 0 else "r"}">{html.escape(n)}</th>'
+    defined = terms(board)
+    head += '<tr class="sub">' + "".join(f'<th class="{"m" if i == 0 else "r"}"{_title(defined.get(n))}>{html.escape(n)}</th>'
                                          for _ in board.rates for i, n in enumerate(names)) + "</tr>"
     body = [_row_html(r, board) for r in board.ranked]
     if board.unranked:
@@ -118,26 +121,31 @@ def _md_emphasis(text: str, lead: str) -> str:
     return f"**{text}**" if lead == BEST else f"<u>{text}</u>" if lead == TIED else text
 
 
-def leaderboard_markdown(board: Leaderboard) -> str:
-    """The leaderboard as a Markdown table, one column per noise rate (both numbers in it)."""
-    names = " · ".join([board.metric, board.recall][: 2 if _shows_recall(board) else 1])
-    lines = ["| Method | " + " | ".join(f"{rate_label(r)} noise: {names}" for r in board.rates) + " |",
-             "|:--|" + "--:|" * len(board.rates)]
+def leaderboard_markdown(board: Leaderboard, references: bool = True) -> str:
+    """The leaderboard as Markdown: a table of the claims' metric with its marks, then one of
+    R@10 (where it differs), a column per noise rate, so no cell wraps at a GitHub page's width.
+    A span row (the bound, a reference row) repeats its value at every rate; ``references``
+    False: the ranked methods and the perfect filter only (the README's block)."""
+    rows = board.ranked + [r for r in board.unranked if references or r.kind == PERFECT_FILTER]
 
-    def line(row: LeaderRow) -> str:
-        if row.span is not None:
-            text = metric_text(row.span) + (f" · {recall_text(row.span)}" if _shows_recall(board) else "")
-            cells = [f"{text} (at every noise rate)"] + [""] * (len(board.rates) - 1)
-        else:
-            cells = [" · ".join(p for p in _pair(row.cells.get(r), board, _md_emphasis, cell_mark, recall_text) if p)
+    def table(name: str, text: Callable[[LeaderCell], str]) -> list[str]:
+        lines = [f"| {name} | " + " | ".join(rate_label(r) for r in board.rates) + " |",
+                 "|:--|" + "--:|" * len(board.rates)]
+        for row in rows:
+            if row.kind != RANKED and rows.index(row) == len(board.ranked):
+                lines.append("| *not ranked* |" + " |" * len(board.rates))
+            cells = [text(row.span) if row.span is not None else text(row.cells[r]) if r in row.cells else ""
                      for r in board.rates]
-        return "| " + " | ".join([row.label, *cells]) + " |"
+            lines.append("| " + " | ".join([row.label, *cells]) + " |")
+        return lines
 
-    lines += [line(r) for r in board.ranked]
-    if board.unranked:
-        lines.append(f"| *{UNRANKED_TITLE}* |" + " |" * len(board.rates))
-        lines += [line(r) for r in board.unranked]
-    return "\n".join(lines)
+    def headline(cell: LeaderCell) -> str:
+        return _pair(cell, board, _md_emphasis, cell_mark, recall_text)[0] if cell is not None else ""
+
+    out = table(board.metric, headline)
+    if _shows_recall(board):
+        out += ["", *table(board.recall, recall_text)]
+    return "\n".join(out)
 
 
 def _tex(text: str) -> str:

@@ -9,6 +9,8 @@ import pandas as pd
 
 from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.collapsed import FlagList
+from cirbench.report.analysis.glance import answer_lines, answers_intro
+from cirbench.report.analysis.leaderboard import terms_line
 from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
@@ -95,7 +97,9 @@ def render_markdown(content: ReportContent, output: Path) -> str:
     parts_out = [f"# {content.title}", "", content.subtitle, ""]
     for section in content.sections:
         if section.leaderboard is not None:
+            board = section.leaderboard
             parts_out += _heading(2, leaderboard_anchor(section), leaderboard_title(section))
+            parts_out += [answers_intro(board), "", *(f"- {line}" for line in answer_lines(board)), "", terms_line(board), ""]
             parts_out += [*(f"{line}\n" for line in section.context)]
             parts_out += [legend(section.leaderboard), "", leaderboard_markdown(section.leaderboard), ""]
     parts_out += _heading(2, CONTENTS_ANCHOR, CONTENTS_TITLE) + _contents_markdown(contents(content)) + [""]

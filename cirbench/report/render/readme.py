@@ -2,11 +2,12 @@
 markers that ``cirbench report --readme README.md`` (or a study's ``readme``) rewrites from
 the report it has just written, so a regenerated report updates what the README shows.
 
-Per setting of the report: the leaderboard itself (its ``leaderboard.csv``: the claims'
-metric with its marks and R@10 beside it, at the epoch the claims read, in percent), the
-perfect filter's room to win at each noise rate at that epoch (from ``selected_metrics.csv``;
-:mod:`cirbench.report.analysis.room`, the report's own wording, in percent and points), and the verdict
-counts of the papers' claims (read from ``report.md``, where they are computed).
+Per setting of the report, read from the built report's files alone: a legend of at most
+:data:`LEGEND_WORDS` words, the leaderboard (its ``leaderboard.csv``: a table of the claims'
+metric with its marks, one of R@10, the ranked methods and the perfect filter), the report's
+one-line answers (:func:`~cirbench.report.analysis.glance.answer_lines`, from the same marks),
+the perfect filter's room to win at each noise rate against the calibration's target (from
+``selected_metrics.csv``), and the verdict counts of the papers' claims (from ``report.md``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from cirbench.report.analysis.calibration import ROOM_SHARE
 from cirbench.report.analysis.cells import SELECTED_METRICS_FILE, read_final_metrics
-from cirbench.report.analysis.room import room_line, room_to_win
-from cirbench.report.render.leaderboard_render import LEADERBOARD_FILES, board_from_frame, leaderboard_markdown, legend
+from cirbench.report.analysis.glance import answer_lines
+from cirbench.report.analysis.leaderboard import ANSWERS, Leaderboard
+from cirbench.report.analysis.numbers import rate_label
+from cirbench.report.analysis.room import percent, points, room_to_win
+from cirbench.report.render.layout import slug
+from cirbench.report.render.leaderboard_render import (
+    BELOW_START_MARK, LEADERBOARD_FILES, board_from_frame, leaderboard_markdown,
+)
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.metrics import RECALL
 from cirbench.results.roles import BASELINE, PERFECT_FILTER, role_method
@@ -28,6 +36,9 @@ BEGIN = "<!-- results: generated from the committed report by `cirbench report -
 END = "<!-- results: end -->"
 METRIC = RECALL
 VERDICTS = re.compile(r"\*\*(Verdicts of \d+ claims: [^*]+)\.\*\*")
+LEGEND_WORDS = 60
+"""The most words of a setting's text above its first table, its title line included: the rest
+is the report's (linked)."""
 
 
 class ReadmeError(ValueError):
@@ -35,12 +46,26 @@ class ReadmeError(ValueError):
 
 
 def _room_lines(cells: pd.DataFrame) -> list[str]:
-    """The report's line of the perfect filter's room to win at each noise rate it ran at."""
+    """The perfect filter's room to win at each noise rate it ran at, against the calibration's target."""
     roles = {role: role_method(cells, role) for role in (BASELINE, PERFECT_FILTER)}
     per_seed = {m: {float(r): part.set_index("seed")[METRIC] for r, part in cells[cells.method == m].groupby("noise_rate")}
                 for m in roles.values()}
     rooms = [room_to_win(per_seed, rate) for rate in sorted(per_seed[roles[PERFECT_FILTER]]) if rate > 0]
-    return [f"- {room_line(room, baseline=roles[BASELINE])}" for room in rooms if room is not None]
+    lines = []
+    for room in (r for r in rooms if r is not None):
+        target = ROOM_SHARE.get(room.rate)
+        verdict = (f"; target ≥ {percent(target)}, {'met' if room.share >= target else 'missed'}" if target is not None else "")
+        lines.append(f"- {rate_label(room.rate)}: the perfect filter wins back {percent(room.share)} of "
+                     f"`{roles[BASELINE]}`'s R@10 loss ({points(room.gap)} points){verdict}.")
+    return lines
+
+
+def legend(board: Leaderboard, links: str) -> str:
+    """The words between a setting's title and its first table: what the cells are and the marks."""
+    answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
+    return (f"% of validation queries, mean ± std over seeds {','.join(map(str, board.seeds))}. Marks against "
+            f"`{board.baseline}`, the baseline (both 95% intervals on one side of 0): {answers}. {BELOW_START_MARK}: "
+            f"below the start; underlined: leaders not separated. Terms and rule: {links}.")
 
 
 def _verdicts(report_md: str, cells: pd.DataFrame) -> str:
@@ -79,11 +104,14 @@ def results_block(report_dir: Path, readme_dir: Path) -> str:
         seeds = sorted(int(s) for s in cells.seed.unique())
         board = board_from_frame(frame, seeds)
         where = f"{link}/{folder.name}/{LEADERBOARD_FILES[0]}"
-        lines += ["", f"**{first.dataset}, `{first.backbone}`, {first.noise_protocol} noise**: the report's leaderboard "
-                      f"([{where}]({where})).", "", legend(board), "", leaderboard_markdown(board)]
+        links = f"[report]({link}/report.md#{slug(folder.name)}-leaderboard)"
+        lines += ["", f"**{first.dataset}, `{first.backbone}`, {first.noise_protocol} noise** ([leaderboard]({where})). "
+                      + legend(board, links), "", leaderboard_markdown(board, references=False)]
+        lines += ["", f"Who wins on {board.metric}, in points against `{board.baseline}`:", "",
+                  *(f"- {line}" for line in answer_lines(board))]
         room = _room_lines(cells)
         if room:
-            lines += ["", "Room to win (what a method that only removes noise can reach here, at the same epochs):", "", *room]
+            lines += ["", "Room to win (R@10):", "", *room]
         verdicts = _verdicts(report_md, cells)
         if verdicts:
             lines += ["", f"The papers' claims ([{link}/report.md]({link}/report.md)): {verdicts}."]
