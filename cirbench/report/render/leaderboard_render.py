@@ -45,7 +45,8 @@ def legend(board: Leaderboard) -> str:
         f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of 0): "
         f"{answers}. **Bold**: ahead of every other ranked method; <u>underlined</u>: leaders not separated. "
         f"{BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
-        + (f" ({TOLD_RATE}): read the configured noise rate, privileged information real data does not come with."
+        + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
+           "information real data does not come with."
            if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
 
