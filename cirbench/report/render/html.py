@@ -46,7 +46,7 @@ table.claims th { border-bottom: 2px solid #333; text-align: left; padding: 0.25
 table.claims td { border-top: 1px solid #ddd; vertical-align: top; padding: 0.25em 0.7em; }
 table.claims td.numbers { font-variant-numeric: tabular-nums; font-size: 0.9em; }
 td.verdict { font-weight: 600; white-space: nowrap; }
-td.holds { color: #1a7f37; } td.does-not-hold { color: #b42318; } td.inconclusive { color: #9a6700; }
+td.holds { color: #1a7f37; } td.does-not-hold { color: #b42318; } td.undecided { color: #9a6700; }
 td.not-run { color: #777; }
 table.claims details summary { cursor: pointer; color: #555; font-size: 0.9em; }
 table.claims details ul { margin: 0.3em 0; padding-left: 1.2em; font-variant-numeric: tabular-nums; font-size: 0.85em; }
