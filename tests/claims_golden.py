@@ -3,6 +3,9 @@ claim (ablation rows and HUG's ladder included), as ``tests/claims_verdicts.json
 them: computed by the report's code before the claims became data (issue 46; main at
 50818f3, after issue 47's wording of p-values and short titles), so that
 ``test_claims_data.py`` can show the claims read from a file give the very same verdicts.
+Rewritten once since (issue 70): "inconclusive" renamed "undecided" and each comparison's
+numbers ending in its smallest decidable difference; no verdict changed otherwise (no
+difference here is equivalent within a point: 300 queries cannot decide one).
 
 ``python tests/claims_golden.py`` rewrites the file (only ever to record a deliberate change)."""
 

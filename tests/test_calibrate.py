@@ -48,12 +48,18 @@ def _write(store: ResultsStore, method: str, rate: float, seed: int, metrics: di
     store.write_run(key, row, tables)
 
 
-def _results(tmp_path: Path, oracle_80: float, sprc_first: float = 0.9, oracle_first: float = 0.9, queries: int = 0) -> Path:
+HARD_80 = {"all": 0.85, "reference": 0.97, "target": 0.95, "caption": 0.65}
+"""The baseline's per-sample loss AUROC at 80% (each epoch): swapped images found, swapped captions not."""
+
+
+def _results(tmp_path: Path, oracle_80: float, sprc_first: float = 0.9, oracle_first: float = 0.9, queries: int = 0,
+             auroc_80: dict[str, float] | None = None) -> Path:
     store = ResultsStore(tmp_path / "results")
     for seed, wobble in ((0, 0.0), (1, 0.01), (2, -0.01)):
         _write(store, "sprc", 0.0, seed, {"recall@10": 0.60 + wobble, "recall_subset@1": 0.55}, first=sprc_first, queries=queries)
         _write(store, "sprc", 0.5, seed, {"recall@10": 0.40 + wobble}, {"all": 0.8, "caption": 0.6, "reference": 0.9})
-        _write(store, "sprc", 0.8, seed, {"recall@10": 0.30 + wobble})
+        _write(store, "sprc", 0.8, seed, {"recall@10": 0.30 + wobble},
+               {k: v + wobble for k, v in (HARD_80 if auroc_80 is None else auroc_80).items()})
         _write(store, "oracle", 0.5, seed, {"recall@10": 0.45 + wobble})
         _write(store, "oracle", 0.8, seed, {"recall@10": oracle_80 + wobble}, first=oracle_first)
         _write(store, "zero_shot", 0.0, seed, {"recall@10": 0.30}, reference=True)
@@ -73,6 +79,10 @@ def test_checks_read_the_right_numbers(tmp_path: Path) -> None:
     assert checks["something to win at 80%"].value == pytest.approx(0.06)
     premise = checks["small-loss premise"]
     assert premise.value == pytest.approx(0.8) and "caption 0.600" in premise.detail
+    found, hidden = checks["hard noise: swapped images found"], checks["hard noise: swapped captions hidden"]
+    assert found.value == pytest.approx(0.95) and found.target == ">= 0.9"  # the lower of reference 0.97, target 0.95
+    assert "target 0.950 (per seed 0.950, 0.960, 0.940)" in found.detail
+    assert hidden.value == pytest.approx(0.65) and hidden.target == "<= 0.8"
     # the filter wins back (0.36 - 0.30) / (0.60 - 0.30) = 0.2 of sprc's loss at 80%, far from the papers'
     assert checks["room to win"].value == pytest.approx(0.2) and checks["room to win"].verdict == "FAIL"
     assert checks["every hosted method learns"].verdict == "n/a"  # no hosted method in these results
@@ -162,6 +172,24 @@ def test_room_to_win_prints_the_gain_at_a_fifth_and_a_half(tmp_path: Path) -> No
     assert "gain at a fifth 0.20, gain at a half 0.50" in room.detail
 
 
+@pytest.mark.parametrize("auroc_80, failed", [
+    ({"all": 0.9, "reference": 0.97, "target": 0.95, "caption": 0.86}, "hard noise: swapped captions hidden"),
+    ({"all": 0.7, "reference": 0.97, "target": 0.85, "caption": 0.60}, "hard noise: swapped images found"),
+])
+def test_hard_noise_fails_when_captions_are_found_or_images_are_not(tmp_path: Path, auroc_80: dict, failed: str) -> None:
+    (setting,) = load_results(_results(tmp_path, oracle_80=0.36, auroc_80=auroc_80)).settings
+    checks = {c.name: c for c in calibration_checks(setting) if c.name.startswith("hard noise")}
+    assert {name: c.verdict for name, c in checks.items()} == {
+        name: "FAIL" if name == failed else "pass" for name in ("hard noise: swapped images found",
+                                                                 "hard noise: swapped captions hidden")}
+
+
+def test_hard_noise_reads_n_a_without_the_baselines_scores_at_80(tmp_path: Path) -> None:
+    (setting,) = load_results(_results(tmp_path, oracle_80=0.36, auroc_80={})).settings
+    checks = [c for c in calibration_checks(setting) if c.name.startswith("hard noise")]
+    assert [c.verdict for c in checks] == ["n/a", "n/a"] and "caption: not recorded" in checks[1].detail
+
+
 def test_a_missed_target_fails(tmp_path: Path) -> None:
     (setting,) = load_results(_results(tmp_path, oracle_80=0.32)).settings
     checks = {c.name: c for c in calibration_checks(setting)}
@@ -238,7 +266,7 @@ def test_cli_calibrate_end_to_end(tmp_path: Path, cache_dir: Path) -> None:
     assert result.exit_code in (0, 1), result.output  # 1: some target missed on this toy setting
     text = (out / "calibration.md").read_text()
     for name in ("fine-tuning matters", "text matters (subset)", "something to win at 80%", "small-loss premise",
-                 "every hosted method learns"):
+                 "hard noise: swapped images found", "hard noise: swapped captions hidden", "every hosted method learns"):
         assert name in text
     assert "| stable over seeds |" in text and "| n/a |" in text  # one seed: no spread to judge
     runs = pd.read_parquet(out / "runs")

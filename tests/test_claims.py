@@ -13,7 +13,7 @@ import pytest
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import build_report, load_results
 from cirbench.report.analysis.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN
+from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, NOT_RUN
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, MAIN_SCORE, SCHEMAS, CellKey, ResultsStore
 from test_chance import kept_complement
@@ -133,7 +133,7 @@ def test_non_inferiority_at_zero_noise(claims) -> None:
     claim = _claim(claims, "ConeSep Table 1")
     verdicts = {c.label.split(" ")[0]: c.verdict for c in claim.checks}
     assert verdicts["conesep"] == HOLDS and verdicts["hug"] == DOES_NOT_HOLD  # hug loses 0.3
-    assert verdicts["tme"] == INCONCLUSIVE  # equal hit rates: within a point is not certain on 300 queries
+    assert verdicts["tme"] == UNDECIDED  # equal hit rates: within a point is not certain on 300 queries
     assert claim.verdict == DOES_NOT_HOLD
 
 
@@ -171,7 +171,7 @@ def test_kept_sets_against_chance_per_seed(claims) -> None:
     assert claim.verdict == HOLDS and "seed 2:" in claim.checks[0].numbers
 
 
-def test_partial_results_are_not_run_or_inconclusive_never_an_error(tmp_path: Path) -> None:
+def test_partial_results_are_not_run_or_undecided_never_an_error(tmp_path: Path) -> None:
     cells = [("sprc", 0.5, 0), ("conesep", 0.5, 0), ("tme", 0.5, 0), ("tme", 0.5, 1)]
     write_claims_results(tmp_path, cells)
     (setting,) = load_results(tmp_path).settings
@@ -180,10 +180,10 @@ def test_partial_results_are_not_run_or_inconclusive_never_an_error(tmp_path: Pa
     by_label = {c.label: c for c in robust.checks}
     assert by_label["conesep - sprc at 80%"].verdict == NOT_RUN
     assert "no result for conesep at 80%" in by_label["conesep - sprc at 80%"].numbers
-    assert by_label["conesep - sprc at 50%"].verdict == INCONCLUSIVE  # one seed
-    assert robust.verdict == INCONCLUSIVE
+    assert by_label["conesep - sprc at 50%"].verdict == UNDECIDED  # one seed
+    assert robust.verdict == UNDECIDED
     assert claims["HUG, uncertainty analysis (Fig. 4)"].verdict == NOT_RUN
-    assert kept_set_check(setting, "conesep", 0.5).verdict == INCONCLUSIVE  # one seed: never a verdict
+    assert kept_set_check(setting, "conesep", 0.5).verdict == UNDECIDED  # one seed: never a verdict
     assert kept_set_check(setting, "tme", 0.8).verdict == NOT_RUN
 
 
@@ -197,7 +197,7 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
     assert "### Retrieval" in section  # near the top, before the tables
     assert "| # | Claim | Source | Verdict |" in section
     assert "<details><summary>" in section and "conesep - sprc at 50%: +" in section and "**not run**" in section
-    assert any(f"**{v}**" in section for v in (HOLDS, INCONCLUSIVE, DOES_NOT_HOLD))
+    assert any(f"**{v}**" in section for v in (HOLDS, UNDECIDED, DOES_NOT_HOLD))
     assert "Verdict rule:" in section
     claims = paper_claims(load_results(tmp_path / "results").settings[0], n_resamples=50)
     summary = verdict_summary(claims)
@@ -208,7 +208,7 @@ def test_the_report_renders_the_claims_section(tmp_path: Path) -> None:
     assert CLAIMS_TITLE.replace("'", "&#x27;") in html and 'class="verdict not-run"' in html
 
 
-def test_ranks_that_do_not_line_up_make_a_check_inconclusive_not_an_error(tmp_path: Path) -> None:
+def test_ranks_that_do_not_line_up_make_a_check_undecided_not_an_error(tmp_path: Path) -> None:
     cells = [(m, 0.5, s) for m in ("sprc", "tme") for s in (0, 1)]
     write_claims_results(tmp_path, cells)
     tables, n_noisy = _cell("tme", 0.5, 1)  # rewritten through the store: a part changed behind its back is damaged
@@ -217,10 +217,10 @@ def test_ranks_that_do_not_line_up_make_a_check_inconclusive_not_an_error(tmp_pa
     (setting,) = load_results(tmp_path).settings
     (robust,) = [c for c in paper_claims(setting, n_resamples=50) if c.source.startswith("ConeSep Sec. 4.2")]
     check = robust.checks[0]
-    assert check.label == "tme - sprc at 50%" and check.verdict == INCONCLUSIVE and "cannot compare" in check.numbers
+    assert check.label == "tme - sprc at 50%" and check.verdict == UNDECIDED and "cannot compare" in check.numbers
 
 
-def test_a_check_on_a_collapsed_cell_is_inconclusive_and_names_it(tmp_path: Path) -> None:
+def test_a_check_on_a_collapsed_cell_is_undecided_and_names_it(tmp_path: Path) -> None:
     cells = [(m, 0.5, s) for m in ("sprc", "conesep") for s in SEEDS]
     for root in (tmp_path / "healthy", tmp_path / "collapsed"):
         write_claims_results(root, cells)
@@ -235,16 +235,16 @@ def test_a_check_on_a_collapsed_cell_is_inconclusive_and_names_it(tmp_path: Path
         checks[name] = ({c.label: c for c in robust.checks}["conesep - sprc at 50%"], robust)
     assert checks["healthy"][0].verdict == HOLDS and not checks["healthy"][0].collapsed
     check, robust = checks["collapsed"]
-    assert check.verdict == INCONCLUSIVE and check.collapsed == ("conesep at 50% (seed 1)",)
+    assert check.verdict == UNDECIDED and check.collapsed == ("conesep at 50% (seed 1)",)
     assert check.numbers == checks["healthy"][0].numbers  # the numbers stay
-    assert robust.verdict_text == "inconclusive (collapsed: conesep at 50% (seed 1))"
-    assert "(inconclusive; collapsed: conesep at 50% (seed 1))" in check_line(check)
+    assert robust.verdict_text == "undecided (collapsed: conesep at 50% (seed 1))"
+    assert "(undecided; collapsed: conesep at 50% (seed 1))" in check_line(check)
     assert kept_set_check(setting, "conesep", 0.5).collapsed == ("conesep at 50% (seed 1)",)
 
 
 def test_a_kept_set_below_chance_is_read_by_the_claims_not_set_aside(tmp_path: Path) -> None:
     """A flag, not a failure: the kept-set claim counts the seed as not holding, and the
-    checks that read the cell keep their verdicts (none is made inconclusive, none names it)."""
+    checks that read the cell keep their verdicts (none is made undecided, none names it)."""
     write_claims_results(tmp_path, [(m, 0.5, s) for m in ("sprc", "conesep") for s in SEEDS])
     tables, n_noisy = _cell("conesep", 0.5, 1)
     tables = kept_complement(tables)

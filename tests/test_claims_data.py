@@ -15,11 +15,11 @@ import pytest
 from cirbench.plugins import builtin_methods_dir
 from cirbench.report import load_results
 from cirbench.report.analysis.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
-from cirbench.report.analysis.claims import claims_on, paper_claims
+from cirbench.report.analysis.claims import check_line, claims_on, paper_claims
 from cirbench.report.analysis.leaderboard import build_leaderboard
 from cirbench.report.analysis.load import Setting
 from cirbench.report.analysis.references import bound_label, reference_stats
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, NOT_RUN
+from cirbench.report.analysis.significance import DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, NOT_RUN, UNDECIDED
 from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.render.leaderboard_render import leaderboard_frame, legend
 from cirbench.report.tables.comparison import gain_table
@@ -125,6 +125,8 @@ def test_the_leaderboard_tables_and_figures_compare_with_the_baseline_by_role(tm
     ("[[claim]]\ntext = 't'\nsource = 's'\n[[claim.check]]\nkind = 'kept_set'\nmethods = ['a']\nrates = 'all'\n",
      "rates = 'all' must be a list of numbers"),
     ("[[claim]]\ntext = 't'\nsource = 's'\nmetric = 'x'\n", "unknown key 'metric'"),
+    ("[[claim]]\ntext = 't'\nsource = 's'\nmargin = -0.01\n", "claim 1 ('t'): margin = -0.01 must be a number above 0"),
+    ("[[claim]]\ntext = 't'\nsource = 's'\nmargin = '1 point'\n", "margin = '1 point' must be a number above 0"),
     ("[[claim]]\ntext = 't'\n", "claim 1: source must be a non-empty string"),
     ("[claim\n", "not valid TOML"),
 ])
@@ -143,6 +145,35 @@ def test_the_shipped_file_reads_and_its_claims_are_the_reports(tmp_path: Path) -
     assert [c.source for c in claims_on(setting, 20)] == [c.source for c in shipped] and len(shipped) == 13
     published = read_published()
     assert published.baseline not in published.robust and published.floor
+
+
+def test_a_claim_reads_its_margin_from_its_file(tmp_path: Path) -> None:
+    """The same difference under two margins: "mine beats sprc" with mine's hit counts equal
+    to sprc's on every seed (the seed interval at 0) and the queries' interval a few points
+    wide. Within the file's 10 points it is equivalent, so the claim does not hold; within the
+    default point (no margin in the file) it is undecided."""
+    hits = {"sprc": HITS["sprc"], "mine": {0.5: HITS["sprc"][0.5]}}
+    write_claims_results(tmp_path / "results", [(m, 0.5, s) for m in hits for s in (0, 1, 2)], hits)
+    (setting,) = load_results(tmp_path / "results").settings
+    wide, default = tmp_path / "wide.toml", tmp_path / "default.toml"
+    wide.write_text(PLUGIN_CLAIMS.replace('source = "My paper, Table 2"', 'source = "My paper, Table 2"\nmargin = 0.1'))
+    default.write_text(PLUGIN_CLAIMS)
+    (spec_wide,), (spec_default,) = read_claims(wide), read_claims(default)
+    assert spec_wide.margin == 0.1 and spec_default.margin == DEFAULT_MARGIN == 0.01
+    (claim,) = claims_on(setting, 400, specs=[spec_wide])
+    (check,) = claim.checks
+    assert check.comparison.seed_interval == (0.0, 0.0) and 0.01 < check.half_width < 0.1
+    assert check.answer == EQUIVALENT and claim.verdict == DOES_NOT_HOLD and claim.margin == 0.1
+    assert "answer: equivalent within ±10 points (does not hold)" in check_line(check)
+    (claim,) = claims_on(setting, 400, specs=[spec_default])
+    assert claim.checks[0].answer == UNDECIDED and claim.verdict == UNDECIDED
+    assert f"smallest decidable ±{100 * claim.checks[0].half_width:.1f}" in check_line(claim.checks[0])
+
+
+def test_every_shipped_claim_declares_its_margin() -> None:
+    text = (REPORT / "analysis" / "claims.toml").read_text()
+    shipped = read_claims(REPORT / "analysis" / "claims.toml")
+    assert text.count("\nmargin = 0.01") == len(shipped) and all(c.margin == 0.01 for c in shipped)
 
 
 def test_no_report_module_names_a_method() -> None:

@@ -146,7 +146,7 @@ def test_its_marks_are_the_claims_and_the_leaderboards(kept_report) -> None:
     root, page = kept_report
     markdown = (page.parent / "report.md").read_text(encoding="utf-8")
     board = pd.read_csv(page.parent / "shapes-mini_tiny-cir-_thirds" / "leaderboard.csv")
-    marks = {"better": "▲", "worse": "▼", "inconclusive": "○"}
+    marks = {"better": "▲", "worse": "▼", "equivalent": "=", "undecided": "○"}
     for rate_text, method, _, total, *_ in _table(markdown, DECOMPOSITION_TITLE):
         rate = float(rate_text.rstrip("%")) / 100
         verdict = board[(board.method == method) & np.isclose(board.noise_rate, rate)].vs_sprc.iloc[0]

@@ -15,8 +15,8 @@ import pytest
 
 from cirbench.report import build_report, load_results
 from cirbench.report.analysis.claims import Check, p_value, paper_claims
-from cirbench.report.analysis.leaderboard import BEST, BETTER, TIED, WORSE, build_leaderboard
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS
+from cirbench.report.analysis.leaderboard import BEST, TIED, WORSE, build_leaderboard
+from cirbench.report.analysis.significance import HOLDS
 from cirbench.report.figures.forest import draw_forest, forest_panels, row_words
 from cirbench.report.figures.palette import REFERENCE_STYLES, method_styles
 from cirbench.results.store import CellKey, ResultsStore
@@ -141,11 +141,11 @@ def test_the_marks_are_the_claims_verdicts(study) -> None:
     board = build_leaderboard(setting, n_resamples=400)
     cells = {(row.method, rate): cell for row in board.rows for rate, cell in row.cells.items()}
     claims = paper_claims(setting, n_resamples=400)
-    checks = {c.label: c.verdict for c in claims[0].checks}
+    checks = {c.label: c for c in claims[0].checks}
     for method in ("tme", "conesep"):
         for rate in (0.5, 0.8):
-            verdict = checks[f"{method} - sprc at {rate:.0%}"]
-            assert cells[(method, rate)].versus == {HOLDS: BETTER, DOES_NOT_HOLD: WORSE}.get(verdict, "inconclusive")
+            check = checks[f"{method} - sprc at {rate:.0%}"]  # the claim's own answer, its margin the leaderboard's
+            assert check.answer and cells[(method, rate)].versus == check.answer
     assert cells[("conesep", 0.5)].lead == BEST and not any(cells[(m, 0.5)].lead for m in ("sprc", "tme", "hug"))
     assert cells[("tme", 0.8)].lead == cells[("conesep", 0.8)].lead == TIED and not cells[("sprc", 0.8)].lead
     assert cells[("hug", 0.8)].versus == WORSE and cells[("hug", 0.8)].below_start and not cells[("sprc", 0.0)].below_start

@@ -22,7 +22,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 RESULT_NUMBERS = {
     "a recall, purity or share (0.xxx)": r"\b0\.\d+",
     "a percentage clean": r"\d+(\.\d+)?% clean",
-    "a verdict count": r"\b(holds|does not hold|inconclusive|not run)[:,]? \d",
+    "a verdict count": r"\b(holds|does not hold|undecided|not run)[:,]? \d",
     "a count of claims": r"\b\d+ claims",
     "a gap or gain": r"[+-]0\.\d",
 }
@@ -40,7 +40,8 @@ def test_the_readmes_results_are_the_committed_reports() -> None:
     assert "| sprc |" in block and "Verdicts of" in block and "wins back" in block
 
 
-MARKS = {"better": "▲", "worse": "▼", "inconclusive": "○"}
+MARKS = {"better": "▲", "worse": "▼", "equivalent": "=", "undecided": "○",
+         "inconclusive": "○"}  # a leaderboard.csv written before the four answers says "inconclusive" for undecided
 WORD_LIMIT, LEGEND_LIMIT = 1200, 60
 """The README's words (``str.split``, the whole file) and the words above a results block's first table."""
 

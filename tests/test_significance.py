@@ -12,8 +12,9 @@ from sklearn.metrics import roc_auc_score
 from cirbench.report.analysis.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
 from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG
 from cirbench.report.analysis.significance import (
-    DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_RUN, Term, combine_verdicts, difference, kept_set_test,
-    kept_set_verdict, paired_comparison, seed_interval, verdict,
+    BETTER, DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, NOT_RUN, UNDECIDED, WORSE, Comparison, Term, answer,
+    combine_verdicts, difference, half_width_text, kept_set_test, kept_set_verdict, paired_comparison, seed_interval,
+    verdict,
 )
 
 N_QUERIES = 400
@@ -50,20 +51,20 @@ def test_a_clear_difference_holds() -> None:
     assert result.bootstrap_interval[0] < result.mean < result.bootstrap_interval[1]
 
 
-def test_identical_methods_are_inconclusive() -> None:
+def test_identical_methods_are_undecided() -> None:
     result = _compare({("A", s): 0.5 for s in range(3)} | {("B", s): 0.5 for s in range(3)})
     # the same hit rate, but independent draws: any difference is noise
-    assert result.verdict == INCONCLUSIVE
+    assert result.verdict == UNDECIDED
     assert result.bootstrap_interval[0] < 0 < result.bootstrap_interval[1]
 
 
-def test_a_method_compared_with_itself_is_inconclusive() -> None:
+def test_a_method_compared_with_itself_is_undecided() -> None:
     runs, ranks = _ranks({("A", s): 0.5 for s in range(3)})
     boot = QueryBootstrap(ranks, R10, n_resamples=200)
     point = pd.Series(boot.point(list(runs.run_id)), index=runs.run_id)
     result = paired_comparison("A - A", difference("A", "A", 0.5), runs, point, boot.resample)
     assert result.seed_interval == (0.0, 0.0) and result.bootstrap_interval == (0.0, 0.0)
-    assert result.verdict == INCONCLUSIVE  # an interval at 0 is not above 0
+    assert result.verdict == UNDECIDED  # an interval at 0 is not above 0
 
 
 def test_a_reversed_difference_does_not_hold() -> None:
@@ -71,10 +72,10 @@ def test_a_reversed_difference_does_not_hold() -> None:
     assert result.verdict == DOES_NOT_HOLD and result.seed_interval[1] < 0 and result.bootstrap_interval[1] < 0
 
 
-def test_one_seed_is_at_best_inconclusive() -> None:
+def test_one_seed_is_at_best_undecided() -> None:
     result = _compare({("A", 0): 0.9, ("B", 0): 0.1})
     assert result.seed_interval is None and result.bootstrap_interval[0] > 0.7
-    assert result.verdict == INCONCLUSIVE and "one seed" in result.numbers()
+    assert result.verdict == UNDECIDED and "one seed" in result.numbers()
 
 
 def test_non_inferiority_uses_the_threshold() -> None:
@@ -98,15 +99,85 @@ def test_seed_interval_is_the_t_interval() -> None:
     assert seed_interval([0.3]) is None
 
 
+def _constructed(per_seed: list[float], spread: float, threshold: float = 0.0, margin: float | None = DEFAULT_MARGIN,
+                 n_resamples: int = 4000) -> tuple[Comparison, np.ndarray]:
+    """A - B whose per-seed differences are ``per_seed`` and whose resampled values scatter
+    around each run's value with standard deviation ``spread`` (seeded): the comparison and
+    the resampled mean differences it reads."""
+    seeds = range(len(per_seed))
+    runs = pd.DataFrame([{"run_id": f"{m}-{s}", "method": m, "noise_rate": 0.5, "seed": s} for m in "AB" for s in seeds])
+    point = pd.Series({f"A-{s}": 0.5 + d for s, d in zip(seeds, per_seed)} | {f"B-{s}": 0.5 for s in seeds})
+    noise = np.random.default_rng(7).normal(0.0, spread, (n_resamples, len(runs)))
+
+    def resample(run_ids: list[str]) -> np.ndarray:
+        return point[run_ids].to_numpy()[None, :] + noise[:, : len(run_ids)]
+
+    result = paired_comparison("A - B", difference("A", "B", 0.5), runs, point, resample, threshold=threshold,
+                               margin=margin)
+    contrast = resample([r for s in seeds for r in (f"A-{s}", f"B-{s}")]).reshape(n_resamples, len(per_seed), 2) @ [1, -1]
+    return result, contrast.mean(axis=1)
+
+
+def test_a_zero_difference_with_a_tight_spread_is_equivalent_and_a_wide_one_undecided() -> None:
+    tight, _ = _constructed([0.001, -0.001, 0.0, 0.0005, -0.0005], spread=0.001)
+    assert tight.answer == EQUIVALENT and tight.verdict == DOES_NOT_HOLD  # "A beats B" does not hold
+    assert -DEFAULT_MARGIN < tight.seed_interval[0] and tight.bootstrap_interval[1] < DEFAULT_MARGIN
+    wide, _ = _constructed([0.03, -0.03, 0.0, 0.015, -0.015], spread=0.001)  # the seeds disagree
+    assert wide.mean == pytest.approx(0.0) and wide.answer == UNDECIDED and wide.verdict == UNDECIDED
+    queries, _ = _constructed([0.001, -0.001, 0.0, 0.0005, -0.0005], spread=0.03)  # the queries do
+    assert queries.answer == UNDECIDED and queries.verdict == UNDECIDED
+    unmargined, _ = _constructed([0.001, -0.001, 0.0, 0.0005, -0.0005], spread=0.001, margin=None)
+    assert unmargined.answer == UNDECIDED and unmargined.verdict == UNDECIDED  # no margin: never equivalent
+    loose, _ = _constructed([0.03, -0.03, 0.0, 0.015, -0.015], spread=0.001, margin=0.1)
+    assert loose.answer == EQUIVALENT  # the margin is the claim's: wide enough, the same spread decides
+
+
+def test_a_real_difference_inside_the_margin_is_better_and_non_inferiority_keeps_its_threshold() -> None:
+    small, _ = _constructed([0.004, 0.005, 0.006], spread=0.0005)
+    assert small.answer == BETTER and small.verdict == HOLDS  # both intervals above 0: real, if small
+    assert _constructed([-0.02, -0.021, -0.019], spread=0.001)[0].answer == WORSE
+    close, _ = _constructed([0.001, -0.001, 0.0, 0.0005, -0.0005], spread=0.001, threshold=-0.01)
+    assert close.answer == EQUIVALENT and close.verdict == HOLDS  # loses no more than a point: holds
+    behind, _ = _constructed([-0.02, -0.021, -0.019], spread=0.001, threshold=-0.01)
+    assert behind.verdict == DOES_NOT_HOLD
+
+
+def test_the_smallest_decidable_difference_is_the_wider_intervals_half_width() -> None:
+    per_seed = [0.01, -0.02, 0.005, 0.0]
+    result, means = _constructed(per_seed, spread=0.002)
+    seed_half = stats.t.ppf(0.975, 3) * np.std(per_seed, ddof=1) / np.sqrt(4)  # the t interval, by hand
+    low, high = np.percentile(means, [2.5, 97.5])
+    assert result.half_width == pytest.approx(max(seed_half, (high - low) / 2))
+    assert result.half_width == pytest.approx(seed_half)  # here the seeds' interval is the wider
+    assert f"smallest decidable {half_width_text(seed_half)}" in result.numbers()
+    narrow_seeds, means = _constructed([0.01, 0.011, 0.009, 0.01], spread=0.02)
+    low, high = np.percentile(means, [2.5, 97.5])
+    assert narrow_seeds.half_width == pytest.approx((high - low) / 2)  # here the queries'
+    assert Comparison("x", 0.0, seed_interval=(0.0, 0.04), bootstrap_interval=(-0.01, 0.02)).half_width == pytest.approx(0.02)
+    assert _constructed([0.01], spread=0.01)[0].half_width is None  # one seed: no interval over seeds
+    assert half_width_text(0.0234) == "±2.3" and half_width_text(None) == "-"
+
+
+def test_the_four_answers_on_intervals() -> None:
+    assert answer((0.01, 0.05), (0.02, 0.04)) == BETTER
+    assert answer((-0.05, -0.01), (-0.04, -0.02)) == WORSE
+    assert answer((-0.005, 0.009), (-0.002, 0.004)) == EQUIVALENT
+    assert answer((-0.005, 0.011), (-0.002, 0.004)) == UNDECIDED  # one interval reaches past the margin
+    assert answer((-0.005, 0.009), (-0.002, 0.004), margin=None) == UNDECIDED
+    assert answer(None, (-0.002, 0.004)) == UNDECIDED
+    assert verdict((-0.005, 0.009), (-0.002, 0.004), margin=DEFAULT_MARGIN) == DOES_NOT_HOLD
+    assert verdict((-0.005, 0.009), (-0.002, 0.004)) == UNDECIDED  # no margin given
+
+
 def test_verdict_rule_and_combination() -> None:
     assert verdict((0.01, 0.05), (0.02, 0.04)) == HOLDS
-    assert verdict((0.01, 0.05), (-0.01, 0.04)) == INCONCLUSIVE  # the intervals disagree
+    assert verdict((0.01, 0.05), (-0.01, 0.04)) == UNDECIDED  # the intervals disagree
     assert verdict((-0.05, -0.01), (-0.04, -0.02)) == DOES_NOT_HOLD
-    assert verdict(None, (0.02, 0.04)) == INCONCLUSIVE
+    assert verdict(None, (0.02, 0.04)) == UNDECIDED
     assert verdict((-0.009, 0.01), (-0.005, 0.0), threshold=-0.01) == HOLDS
     assert combine_verdicts([HOLDS, HOLDS]) == HOLDS
-    assert combine_verdicts([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE
-    assert combine_verdicts([HOLDS, NOT_RUN]) == INCONCLUSIVE
+    assert combine_verdicts([HOLDS, UNDECIDED]) == UNDECIDED
+    assert combine_verdicts([HOLDS, NOT_RUN]) == UNDECIDED
     assert combine_verdicts([HOLDS, DOES_NOT_HOLD, NOT_RUN]) == DOES_NOT_HOLD
     assert combine_verdicts([NOT_RUN, NOT_RUN]) == combine_verdicts([]) == NOT_RUN
     with pytest.raises(ValueError, match="unknown verdicts"):
@@ -188,7 +259,7 @@ def test_kept_set_test_on_a_constructed_purity() -> None:
     assert clean.p_cleaner < 1e-20 and kept_set_verdict(clean) == HOLDS
     assert clean.p_cleaner == pytest.approx(stats.hypergeom(1000, 500, 400).sf(299))
     assert (clean.purity, clean.chance) == (0.75, 0.5)
-    assert kept_set_verdict(kept_set_test(1000, 500, 400, 200)) == INCONCLUSIVE  # exactly chance
+    assert kept_set_verdict(kept_set_test(1000, 500, 400, 200)) == UNDECIDED  # exactly chance
     assert kept_set_verdict(kept_set_test(1000, 500, 400, 150)) == DOES_NOT_HOLD  # dirtier than chance
     assert kept_set_test(10, 5, 4, 4).p_cleaner == pytest.approx(5 / 210)  # C(5,4)/C(10,4)
     with pytest.raises(ValueError, match="inconsistent"):

@@ -55,13 +55,15 @@ def test_a_study_run_twice_skips_every_cell_the_second_time(tmp_path: Path, cach
 
 def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
     """Its grids have the cells of ``run``, ``calibrate``, ``run --ablate`` and ``sweep`` as the
-    README gave them (the same run ids: a rerun of the study skips what they ran)."""
+    README gave them (the same run ids: a rerun of the study skips what they ran); the headline
+    grid and the perfect filter's cells beside it on seeds 0-4 (issue 70), the others on 0-2."""
     study = load_study(ROOT / "experiments" / "committed-report.toml")
     study.output = tmp_path
     ids = [sorted(c.key.run_id for c in study_grid(entry, study).cells) for entry in study.grids]
     common = dict(output=tmp_path, cache_dir=Path("datasets"), holdout=None, plugin_files=[])
     commands = [
-        validated_grid("sprc,tme,conesep,hug,habit,intent,ssn,cala", "0,0.2,0.5,0.8", None, [], [], {**common, "seeds": [0, 1, 2]}),
+        validated_grid("sprc,tme,conesep,hug,habit,intent,ssn,cala", "0,0.2,0.5,0.8", None, [], [], {**common, "seeds": [0, 1, 2, 3, 4]}),
+        validated_grid("oracle", "0.5,0.8", None, [], [], {**common, "seeds": [0, 1, 2, 3, 4]}),
         calibrate_grid({**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "conesep", [], [], {**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "hug", [], [], {**common, "seeds": [0, 1, 2]}),
@@ -72,9 +74,11 @@ def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
             "replay": ["tme", "conesep", "habit"]}),
     ]
     assert ids == [sorted(c.key.run_id for c in grid.cells) for grid in commands]
-    assert [len(x) for x in ids] == [96, 36, 15, 24, 24, 32, 24 + 51]
-    hosted = [c.key.run_id for c in commands[1].cells if c.key.method not in ("sprc", "oracle")]
+    assert [len(x) for x in ids] == [160, 10, 36, 15, 24, 24, 32, 24 + 51]
+    calibration = {c.key.run_id for c in commands[2].cells}
+    hosted = [c.key.run_id for c in commands[2].cells if c.key.method not in ("sprc", "oracle")]
     assert len(hosted) == 21 and set(hosted) <= set(ids[0])  # the hosted methods' clean cells are the headline's: none trains twice
+    assert calibration <= set(ids[0]) | set(ids[1])  # the calibration's cells are seeds 0-2 of the two grids above
     kept = [c for c in commands[-1].cells if c.kept is not None]
     assert len(kept) == 51 <= 60  # at most 60; its other cells are cells of the grids above (none trained twice)
     assert {c.key.run_id for c in commands[-1].cells} - {c.key.run_id for c in kept} <= set().union(*map(set, ids[:-1]))

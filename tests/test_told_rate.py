@@ -54,7 +54,7 @@ def test_the_report_marks_it_in_words(grid: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     page = (tmp_path / "report" / "report.md").read_text()
     assert "forget_rate (told the noise rate)" in page
-    assert "(told the noise rate): read the configured noise rate, privileged information real data does not come with." in page
+    assert "A method marked (told the noise rate) read the configured noise rate, which no other method is given" in page
     assert "sprc (told the noise rate)" not in page
     assert "forget_rate (told the noise rate)'s replay 92% pure" in page  # the chart's words, for its replay too
     decomposition = page.split("| Noise | Method | Purity (%) | method - sprc |", 1)[1].split("\n\n", 1)[0]

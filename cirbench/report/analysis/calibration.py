@@ -59,6 +59,14 @@ it, ConeSep Tables 1-2), so a method far below it on clean data measures the set
 ROOM_GAP = 0.12
 """The least mean gap perfect filter - baseline at 80% noise: the papers' robust methods gain
 0.13 to 0.16 over the baseline on FashionIQ (a share alone can be met by lowering the baseline at 0%)."""
+HARD_RATE = 0.8
+EASY_NOISE, HARD_NOISE = ("reference", "target"), "caption"
+EASY_AUROC, HARD_AUROC = 0.90, 0.80
+"""*Hard noise is hard* (ConeSep Sec. 1, challenge C1): at :data:`HARD_RATE` noise, at its
+last epoch, the baseline's per-sample loss separates the swapped images (:data:`EASY_NOISE`)
+from the clean triplets at an AUROC of at least :data:`EASY_AUROC` each, and the swapped
+captions (:data:`HARD_NOISE`: the reference and target differ by one edit, so the pair looks
+matched) at no more than :data:`HARD_AUROC`; the thirds protocol makes a third of the noise hard."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,39 @@ def _premise(setting: Setting) -> tuple[float, dict[str, float]]:
     return float(at.get("all", float("nan"))), {k: float(v) for k, v in at.items() if k != "all"}
 
 
+def _last_epoch_auroc(setting: Setting, rate: float) -> pd.DataFrame:
+    """The baseline's main per-sample score AUROC at ``rate`` at each run's last epoch: one
+    row per seed, one column per noise type (the clean samples plus that type)."""
+    runs = setting.runs[(setting.runs.method == setting.role(BASELINE)) & np.isclose(setting.runs.noise_rate, rate)]
+    last = final_epoch(setting.purity[setting.purity.run_id.isin(set(runs.run_id))])  # the main score's rows
+    seeds = last.run_id.map(runs.set_index("run_id").seed)
+    return last.assign(seed=seeds).pivot_table(index="seed", columns="noise_type", values="auroc", aggfunc="mean")
+
+
+def _hard_noise(setting: Setting) -> list[Check]:
+    """*Hard noise is hard* (:data:`EASY_AUROC`, :data:`HARD_AUROC`): two checks, the swapped
+    images found (the lower of their mean AUROCs over seeds) and the swapped captions hidden
+    (their mean AUROC), each with its values per seed."""
+    base = setting.role(BASELINE)
+    at = _last_epoch_auroc(setting, HARD_RATE)
+    where = f"{base} per-sample loss AUROC at {HARD_RATE:.0%}, last epoch"
+
+    def values(kind: str) -> tuple[float, str]:
+        if kind not in at.columns or not at[kind].notna().any():
+            return float("nan"), f"{kind}: not recorded"
+        per_seed = at[kind].dropna()
+        return float(per_seed.mean()), f"{kind} {per_seed.mean():.3f} (per seed {', '.join(f'{v:.3f}' for v in per_seed)})"
+
+    easy = [values(kind) for kind in EASY_NOISE]
+    hard, hard_detail = values(HARD_NOISE)
+    lowest = min((v for v, _ in easy), default=float("nan")) if all(math.isfinite(v) for v, _ in easy) else float("nan")
+    return [
+        _check("hard noise: swapped images found", f"{where}: {' and '.join(EASY_NOISE)} swaps, the lower", lowest,
+               EASY_AUROC, None, "; ".join(d for _, d in easy)),
+        _check("hard noise: swapped captions hidden", f"{where}: {HARD_NOISE} swaps", hard, None, HARD_AUROC, hard_detail),
+    ]
+
+
 def calibration_checks(setting: Setting, metric: str = RECALL) -> list[Check]:
     """The calibration figures of one setting's results, each beside its target."""
     base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
@@ -205,6 +246,7 @@ def calibration_checks(setting: Setting, metric: str = RECALL) -> list[Check]:
     auroc, per_type = _premise(setting)
     checks.append(_check("small-loss premise", f"{base} per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
                          auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
+    checks += _hard_noise(setting)
     checks.append(_gentle(setting, metric))
     room = _room(setting, baseline, filtered, label)
     checks.append(replace(room, detail=f"{_gains(setting, baseline, filtered, metric)}; {room.detail}"))

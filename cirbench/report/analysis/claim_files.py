@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from cirbench.report.analysis.significance import DEFAULT_MARGIN
 from cirbench.results.roles import ROLES
 
 SHIPPED = Path(__file__).with_name("claims.toml")
@@ -76,6 +77,9 @@ class ClaimSpec:
     origin: str = ""
     short: str = ""
     """A title of a few words, for the forest plot's group labels."""
+    margin: float = DEFAULT_MARGIN
+    """The equivalence margin of its comparisons, in their own units (fractions: 0.01 is one
+    point), declared before any result is read (:func:`~cirbench.report.analysis.significance.answer`)."""
 
 
 @dataclass(frozen=True)
@@ -168,16 +172,21 @@ def read_claims(path: Path | str) -> list[ClaimSpec]:
         for key in ("text", "source"):
             if not isinstance(raw.get(key), str) or not raw[key]:
                 raise ClaimFileError(f"{where}: {key} must be a non-empty string")
-        unknown = set(raw) - {"text", "source", "short", "check"}
+        unknown = set(raw) - {"text", "source", "short", "margin", "check"}
         if unknown:
-            raise ClaimFileError(f"{where} ({raw['text']!r}): unknown key {sorted(unknown)[0]!r} (keys: text, source, short, check)")
+            raise ClaimFileError(f"{where} ({raw['text']!r}): unknown key {sorted(unknown)[0]!r} "
+                                 "(keys: text, source, short, margin, check)")
         if not isinstance(raw.get("short", ""), str):
             raise ClaimFileError(f"{where} ({raw['text']!r}): short must be a string")
+        margin = raw.get("margin", DEFAULT_MARGIN)
+        if not _number(margin) or not margin > 0:
+            raise ClaimFileError(f"{where} ({raw['text']!r}): margin = {margin!r} must be a number above 0 "
+                                 "(a fraction: 0.01 is one point)")
         checks = raw.get("check", [])
         if not isinstance(checks, list) or not checks:
             raise ClaimFileError(f"{where} ({raw['text']!r}): no check ([[claim.check]])")
         specs = tuple(_check_spec(c, f"{where} ({raw['text']!r}), check {j}") for j, c in enumerate(checks, 1))
-        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path), raw.get("short", "")))
+        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path), raw.get("short", ""), float(margin)))
     return claims
 
 

@@ -10,8 +10,13 @@ combines them (:func:`~cirbench.report.analysis.significance.combine_verdicts`).
 Recall is the setting's headline column, as the report's tables pick it
 (:func:`~cirbench.report.analysis.numbers.headline_column`), as a fraction.
 
+Each difference gets one of four answers (better, worse, equivalent within the claim's
+``margin``, undecided) and the check a verdict from it
+(:func:`~cirbench.report.analysis.significance.verdict`): "X beats Y" does not hold when X is
+equivalent to or worse than Y; "X loses no more than a point" keeps its threshold rule.
+
 A check that reads a cell flagged collapsed on any seed (:mod:`cirbench.results.collapse`)
-is inconclusive whatever its intervals say, and names the cell: a collapse is a defect to
+is undecided whatever its intervals say, and names the cell: a collapse is a defect to
 explain, never a robustness result (its numbers are still shown).
 """
 
@@ -31,7 +36,7 @@ from cirbench.report.analysis.load import Setting, final_epoch
 from cirbench.report.analysis.numbers import headline_column, rate_label, run_columns
 from cirbench.report.analysis.selection import describe_rule, rule_view
 from cirbench.report.analysis.significance import (
-    INCONCLUSIVE, NOT_RUN, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
+    EQUIVALENT, NOT_RUN, UNDECIDED, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
     kept_set_test, kept_set_verdict, paired_comparison,
 )
 from cirbench.results.roles import ROLES
@@ -39,12 +44,17 @@ from cirbench.results.selection import DEFAULT_RULE, RULES
 from cirbench.results.store import MAIN_SCORE
 
 VERDICT_RULE = (
-    "Verdict rule: a difference holds when both its 95% t interval over seeds (paired by seed) and its 95% paired "
-    "bootstrap interval (validation queries, or training samples for purity and AUROC) lie above the threshold "
-    "(0 points; -1 point for 'loses no more than a point'), does not hold when both lie below it, and is inconclusive "
-    "otherwise or with fewer than two seeds; a kept set is cleaner than chance on a seed when the hypergeometric "
-    "p < 0.01. A check that reads a cell flagged collapsed (see Collapsed cells) is inconclusive whatever its intervals. "
-    "A claim holds if all its checks hold, does not hold if any does not, and is not run if none could run."
+    "Verdict rule: each difference has one of four answers from its 95% t interval over seeds (paired by seed) and its "
+    "95% paired bootstrap interval (validation queries, or training samples for purity and AUROC): better (both above 0), "
+    "worse (both below 0), equivalent (neither, and both inside plus or minus the claim's margin, declared in its claims "
+    "file before any result is read: 1 point unless it says otherwise; stricter than two one-sided tests at 90%) or "
+    "undecided (otherwise, or with fewer than two seeds). 'X beats Y' holds when X is better, does not hold when X is "
+    "worse or equivalent, and is undecided otherwise; 'loses no more than a point' holds when both intervals lie above "
+    "-1 point and does not hold when both lie below it. Smallest decidable: the half-width of the wider of the two "
+    "intervals, the least distance from 0 at which the mean would be better or worse at this spread. A kept set is "
+    "cleaner than chance on a seed when the hypergeometric p < 0.01. A check that reads a cell flagged collapsed (see "
+    "Collapsed cells) is undecided whatever its intervals. A claim holds if all its checks hold, does not hold if any "
+    "does not, and is not run if none could run."
 )
 
 
@@ -65,6 +75,19 @@ class Check:
     kept_sets: tuple[KeptSetTest, ...] = ()
     """The kept-set tests of a check against chance, one per seed (empty for a comparison)."""
 
+    @property
+    def answer(self) -> str:
+        """The difference's answer (better, worse, equivalent, undecided; undecided on a
+        collapsed cell); ``""`` for a check that is not a difference or was not run."""
+        if self.comparison is None or self.verdict == NOT_RUN:
+            return ""
+        return UNDECIDED if self.collapsed else self.comparison.answer
+
+    @property
+    def half_width(self) -> float | None:
+        """The smallest decidable difference (:attr:`~cirbench.report.analysis.significance.Comparison.half_width`)."""
+        return None if self.comparison is None else self.comparison.half_width
+
 
 @dataclass
 class Claim:
@@ -80,6 +103,8 @@ class Claim:
     (:mod:`cirbench.results.selection`), e.g. ``{"val_peek": "holds"}``."""
     methods: tuple[str, ...] = ()
     """The methods (labels) its checks read, roles filled in."""
+    margin: float | None = None
+    """The equivalence margin its claims file declares (fractions), None for a claim built by hand."""
 
     @property
     def verdict(self) -> str:
@@ -114,11 +139,11 @@ def _collapsed_cells(runs: pd.DataFrame, terms: Sequence[Term]) -> tuple[str, ..
 
 
 def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
-    """``check``, inconclusive and naming them when a cell it reads collapsed (unless not run)."""
+    """``check``, undecided and naming them when a cell it reads collapsed (unless not run)."""
     cells = _collapsed_cells(runs, terms)
     if not cells or check.verdict == NOT_RUN:
         return check
-    return replace(check, verdict=INCONCLUSIVE, collapsed=cells)
+    return replace(check, verdict=UNDECIDED, collapsed=cells)
 
 
 class _Evidence:
@@ -160,8 +185,9 @@ class _Evidence:
         sets = [set(self.runs.loc[self.runs.method == m, "noise_rate"].astype(float)) for m in methods]
         return sorted(set.intersection(*sets)) if sets else []
 
-    def recall_check(self, label: str, terms: Sequence[Term], threshold: float = 0.0) -> Check:
-        """A paired comparison of the headline recall, bootstrapped over validation queries."""
+    def recall_check(self, label: str, terms: Sequence[Term], threshold: float = 0.0, margin: float | None = None) -> Check:
+        """A paired comparison of the headline recall, bootstrapped over validation queries,
+        equivalent within ``margin`` (None: never)."""
         if self.column is None:
             return Check(label, NOT_RUN, "not run: no recall in the results")
 
@@ -169,14 +195,15 @@ class _Evidence:
             return self.queries.resample(run_ids) if self.queries is not None else None
 
         try:
-            result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold)
+            result = paired_comparison(label, terms, self.runs, self.recall, resample, threshold=threshold, margin=margin)
         except ValueError as exc:  # ranks that do not line up, or a headline not recomputable from ranks
-            return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
+            return Check(label, UNDECIDED, f"cannot compare: {exc}")
         return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit="recall"), self.runs, terms)
 
     def sample_check(self, label: str, terms: Sequence[Term], metric: str, score_name: str = MAIN_SCORE,
-                     noise_type: str | None = None, offset: float = 0.0) -> Check:
-        """A paired comparison of purity or AUROC, bootstrapped over training samples."""
+                     noise_type: str | None = None, offset: float = 0.0, margin: float | None = None) -> Check:
+        """A paired comparison of purity or AUROC, bootstrapped over training samples,
+        equivalent within ``margin`` (None: never)."""
         scores = self.setting.named_scores(score_name)
         ids = [r for term in terms for r in cell_runs(self.runs, term).values()]
         if self.samples is None or scores.empty:
@@ -186,10 +213,10 @@ class _Evidence:
             result = paired_comparison(
                 label, terms, self.runs, point.dropna(),
                 lambda run_ids: self.samples.values(scores, run_ids, metric, noise_type),
-                offset=offset, bootstrap_over="training samples",
+                offset=offset, bootstrap_over="training samples", margin=margin,
             )
         except ValueError as exc:  # per-sample rows that do not line up: say so, keep the report
-            return Check(label, INCONCLUSIVE, f"cannot compare: {exc}")
+            return Check(label, UNDECIDED, f"cannot compare: {exc}")
         unit = "purity" if metric == "purity" else "AUROC"
         return _guarded(Check(label, result.verdict, result.numbers(), comparison=result, unit=unit), self.runs, terms)
 
@@ -198,12 +225,16 @@ class _Evidence:
         return math.nan if values is None else float(values[0, 0])
 
 
-def recall_judge(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0) -> Callable[[str, Sequence[Term]], Check]:
+def recall_judge(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                 margin: float | None = None) -> Callable[[str, Sequence[Term]], Check]:
     """The claims' comparison of the headline recall on ``setting`` as given, its query
     resamples shared by every call: ``judge(label, terms)`` is the :class:`Check` a claim
-    makes of ``terms > 0`` (collapsed cells inconclusive), with the same verdicts as the
-    claims for the same ``n_resamples`` and ``seed``."""
-    return _Evidence(setting, n_resamples, seed).recall_check
+    makes of ``terms > 0`` (collapsed cells undecided), with the same verdicts as the
+    claims for the same ``n_resamples``, ``seed`` and ``margin``. With ``margin`` None no
+    difference is equivalent (a check's verdict is then better: holds, worse: does not hold,
+    else undecided); its :attr:`Check.half_width` is the same either way."""
+    ev = _Evidence(setting, n_resamples, seed)
+    return lambda label, terms: ev.recall_check(label, terms, margin=margin)
 
 
 def threshold_words(threshold: float) -> str:
@@ -215,34 +246,35 @@ def threshold_words(threshold: float) -> str:
     return f" > {value:g} point{'s' * (abs(value) != 1)}"
 
 
-def _rate_checks(ev: _Evidence, winner: str, loser: str, prefix: str = "", threshold: float = 0.0,
+def _rate_checks(ev: _Evidence, winner: str, loser: str, margin: float, prefix: str = "", threshold: float = 0.0,
                  noisy: bool = False) -> list[Check]:
     """``winner - loser > threshold`` at every noise rate (above 0% if ``noisy``) where both
-    were run (one check each)."""
+    were run (one check each), equivalent within ``margin``."""
     rates = [r for r in ev.rates(winner, loser) if r > 0 or not noisy]
     if not rates:
         which = "noisy" if noisy else "noise"
         return [Check(f"{prefix}{winner} - {loser}", NOT_RUN, f"not run: no {which} rate with both {winner} and {loser}")]
     suffix = threshold_words(threshold)
     return [ev.recall_check(f"{prefix}{winner} - {loser} at {rate_label(rate)}{suffix}", difference(winner, loser, rate),
-                            threshold=threshold) for rate in rates]
+                            threshold=threshold, margin=margin) for rate in rates]
 
 
-def _recall_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str) -> list[Check]:
+def _recall_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str, margin: float) -> list[Check]:
     prefix = f"{spec.label}: " if spec.label else ""
     if isinstance(spec.rates, str):
-        return _rate_checks(ev, method, other, prefix, spec.threshold, noisy=spec.rates == NOISY)
+        return _rate_checks(ev, method, other, margin, prefix, spec.threshold, noisy=spec.rates == NOISY)
     suffix = threshold_words(spec.threshold)
     checks = [ev.recall_check(f"{prefix}{method} - {other} at {rate_label(rate)}{suffix}", difference(method, other, rate),
-                              threshold=spec.threshold) for rate in spec.rates]
+                              threshold=spec.threshold, margin=margin) for rate in spec.rates]
     if spec.widening:
         low, high = spec.rates
         widening = [Term(method, high), Term(other, high, -1.0), Term(method, low, -1.0), Term(other, low)]
-        checks.append(ev.recall_check(f"{prefix}{method}: gap at {rate_label(high)} - gap at {rate_label(low)}", widening))
+        checks.append(ev.recall_check(f"{prefix}{method}: gap at {rate_label(high)} - gap at {rate_label(low)}", widening,
+                                      margin=margin))
     return checks
 
 
-def _sample_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str | None) -> list[Check]:
+def _sample_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str | None, margin: float) -> list[Check]:
     metric = METRICS[spec.metric]
     if isinstance(spec.rates, str):
         rates = [r for r in (ev.rates(method, other) if other else ev.rates(method)) if r > 0 or spec.rates == ALL]
@@ -264,34 +296,36 @@ def _sample_checks(ev: _Evidence, spec: CheckSpec, method: str, other: str | Non
             else:
                 label = f"{wording or spec.label or method} {metric}{offset} at {rate_label(rate)}"
             checks.append(ev.sample_check(label, terms, spec.metric, score_name=score, noise_type=spec.noise_type,
-                                          offset=spec.offset))
+                                          offset=spec.offset, margin=margin))
     return checks
 
 
-def _checks(ev: _Evidence, spec: CheckSpec) -> list[Check]:
-    """The checks of one declared check, methods in order, then ``against``, then rates."""
+def _checks(ev: _Evidence, spec: CheckSpec, margin: float) -> list[Check]:
+    """The checks of one declared check, methods in order, then ``against``, then rates, each
+    difference equivalent within its claim's ``margin``."""
     methods = [ev.name(m) for m in spec.methods]
     if spec.kind == "ladder":
         prefix = f"{spec.label}: " if spec.label else ""
-        return [c for before, after in zip(methods, methods[1:]) for c in _rate_checks(ev, after, before, prefix, spec.threshold)]
+        return [c for before, after in zip(methods, methods[1:])
+                for c in _rate_checks(ev, after, before, margin, prefix, spec.threshold)]
     if spec.kind == "kept_set":
         return [kept_set_check(ev.setting, method, rate) for method in methods for rate in spec.rates]
     against = [ev.name(m) for m in spec.against]
     if spec.kind == "recall":
-        return [c for m in methods for other in against for c in _recall_checks(ev, spec, m, other)]
-    return [c for m in methods for other in (against or [None]) for c in _sample_checks(ev, spec, m, other)]
+        return [c for m in methods for other in against for c in _recall_checks(ev, spec, m, other, margin)]
+    return [c for m in methods for other in (against or [None]) for c in _sample_checks(ev, spec, m, other, margin)]
 
 
 def check_claim(ev: _Evidence, spec: ClaimSpec) -> Claim:
     """One declared claim checked on the evidence (roles in its text filled in)."""
     methods = tuple(dict.fromkeys(ev.name(m) for check in spec.checks for m in (*check.methods, *check.against)))
-    return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check)],
-                 short=ev.fill(spec.short), methods=methods)
+    return Claim(ev.fill(spec.text), spec.source, [c for check in spec.checks for c in _checks(ev, check, spec.margin)],
+                 short=ev.fill(spec.short), methods=methods, margin=spec.margin)
 
 
 def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     """Is ``method``'s final kept set at ``rate`` cleaner than a random subset of the same
-    size on every seed (hypergeometric p < 0.01 each)? Fewer than two seeds: inconclusive."""
+    size on every seed (hypergeometric p < 0.01 each)? Fewer than two seeds: undecided."""
     label = f"{method} at {rate_label(rate)}"
     last = final_epoch(setting.purity)
     rows = last[(last.method == method) & np.isclose(last.noise_rate.astype(float), rate) & (last.noise_type == "all")]
@@ -305,7 +339,7 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
         parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance "
                      f"({p_value(test.p_cleaner)})")
     if len(tests) < 2:  # as for the intervals: one seed is never a verdict
-        check = Check(label, INCONCLUSIVE, "; ".join(parts + ["one seed"]), unit="purity", kept_sets=tuple(tests))
+        check = Check(label, UNDECIDED, "; ".join(parts + ["one seed"]), unit="purity", kept_sets=tuple(tests))
     else:
         check = Check(label, combine_verdicts(kept_set_verdict(t) for t in tests), "; ".join(parts), unit="purity",
                       kept_sets=tuple(tests))
@@ -381,7 +415,8 @@ def claims_intro(metric: str | None, selection: str = "") -> str:
     return (f"Each claim checked on these results; {recall} on the validation queries, purity and AUROC (x100, so "
             "chance is 50) of the training samples, all in percent (purity and AUROC at each run's last epoch, where the "
             "kept set is final). " + (f"{selection} " if selection else "") + "Numbers: the mean difference over seeds "
-            "in percentage points; its 95% t interval over seeds; its 95% paired bootstrap interval.")
+            "in percentage points; its 95% t interval over seeds; its 95% paired bootstrap interval; the smallest "
+            "difference they can decide (the half-width of the wider interval); its answer.")
 
 
 def verdict_summary(claims: Sequence[Claim]) -> str:
@@ -400,8 +435,22 @@ def none_run_line(claims: Sequence[Claim], setting: Setting) -> str:
     return f"None of the {len(claims)} claims could be checked here{about}."
 
 
+def answer_text(check: Check) -> str:
+    """A difference's answer as the claims table prints it, e.g. ``answer: better``,
+    ``answer: equivalent within ±1 point``; ``""`` for a check that is not a difference."""
+    if not check.answer:
+        return ""
+    margin = check.comparison.margin
+    if check.answer == EQUIVALENT and margin is not None:
+        points = round(100 * margin, 6)
+        return f"answer: {EQUIVALENT} within ±{points:g} point{'s' * (points != 1)}"
+    return f"answer: {check.answer}"
+
+
 def check_line(check: Check) -> str:
-    """One check as text: ``label: numbers (verdict)``, the verdict naming any collapsed cell."""
+    """One check as text: ``label: numbers; answer (verdict)``, the numbers ending in the
+    smallest decidable difference, the verdict naming any collapsed cell."""
     collapsed = f"; collapsed: {', '.join(check.collapsed)}" if check.collapsed else ""
-    return f"{check.label}: {check.numbers} ({check.verdict}{collapsed})"
+    answer = f"; {answer_text(check)}" if answer_text(check) else ""
+    return f"{check.label}: {check.numbers}{answer} ({check.verdict}{collapsed})"
 

@@ -15,7 +15,7 @@ COLLAPSE_RULE = (
     "A cell is flagged collapsed when its validation R@10 is below the text_only reference row's (same seed) at its "
     "final epoch or at two epochs in a row, or when its total training loss is constant over an epoch. Its numbers "
     f"stay in the tables, its rows marked {COLLAPSE_MARK}, but a collapse below a model that never looks at the image "
-    "is a defect to explain, never a robustness result: a claim's check built on such a cell is inconclusive."
+    "is a defect to explain, never a robustness result: a claim's check built on such a cell is undecided."
 )
 NONE_COLLAPSED = "No cell is flagged collapsed."
 BELOW_CHANCE_TITLE = "Kept sets below chance"

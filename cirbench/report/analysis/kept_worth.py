@@ -36,7 +36,7 @@ from cirbench.report.analysis.leaderboard import RECALL_COLUMNS, Judge
 from cirbench.report.analysis.load import Setting
 from cirbench.report.analysis.numbers import headline_column, rate_label, run_columns
 from cirbench.report.analysis.selection import rule_view
-from cirbench.report.analysis.significance import Term
+from cirbench.report.analysis.significance import DEFAULT_MARGIN, Term
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
 from cirbench.results.replays import stale_replays
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
@@ -279,7 +279,7 @@ def kept_worth(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, 
     points, stale = chart_points(view.setting, view.epochs, baseline, perfect)
     worth = KeptWorth(view.setting, metric, recall, points, baseline, perfect, stale=stale,
                       left_out=points.attrs.get("left_out", []))
-    judge = recall_judge(view.setting, n_resamples, seed)
+    judge = recall_judge(view.setting, n_resamples, seed, margin=DEFAULT_MARGIN)
     worth.splits = _splits(worth, judge)
     worth.costs = _costs(worth, judge, purity_at(view.setting.purity, view.epochs))
     if not worth.drawn:

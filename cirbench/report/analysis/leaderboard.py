@@ -31,7 +31,9 @@ from cirbench.report.analysis.load import Setting
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, headline_column, rate_label, run_columns, summarize
 from cirbench.report.analysis.references import bound_label, reference_stats
 from cirbench.report.analysis.selection import RuleView, rule_view
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Term, difference
+from cirbench.report.analysis.significance import (
+    DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, UNDECIDED, Term, difference,
+)
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 from cirbench.results.metrics import FASHIONIQ_AVERAGE, RECALL, metric_label
 from cirbench.results.roles import BASELINE
@@ -39,7 +41,9 @@ from cirbench.results.selection import DEFAULT_RULE
 
 RECALL_COLUMNS: tuple[str, ...] = (FASHIONIQ_AVERAGE.part_column(RECALL), metric_label(RECALL))
 """The R@10 shown beside the claims' metric: FashionIQ's category average, else the ``all`` group's."""
-BETTER, WORSE, UNSEPARATED = "better", "worse", "inconclusive"
+BETTER, WORSE, UNSEPARATED = "better", "worse", UNDECIDED
+LEGACY_WORDS: dict[str, str] = {"inconclusive": UNSEPARATED}
+"""Answers as files written before issue 70 word them (a ``leaderboard.csv``): read as today's."""
 
 
 @dataclass(frozen=True)
@@ -56,20 +60,29 @@ class Answer:
 ANSWERS: dict[str, Answer] = {
     BETTER: Answer("better", "▲", r"$\uparrow$", "#117733"),
     WORSE: Answer("worse", "▼", r"$\downarrow$", "#882255"),
-    UNSEPARATED: Answer("inconclusive", "○", r"$\circ$", "#8C8C8C"),
+    EQUIVALENT: Answer("equivalent", "=", r"$=$", "#999933"),
+    UNSEPARATED: Answer("undecided", "○", r"$\circ$", "#8C8C8C"),
 }
 """The one place the report's answers are worded, marked and coloured, in the order the legend,
 the one-line answers and the figures list them: every table, figure and line reads it (a new
 answer or a renamed one is one edit here). Colours: Paul Tol's green and wine and a grey, none an
-Okabe-Ito method colour (:mod:`cirbench.report.figures.palette`)."""
-VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, INCONCLUSIVE: UNSEPARATED}
+Okabe-Ito method colour (:mod:`cirbench.report.figures.palette`); equivalent in Tol's olive."""
+VERSUS: dict[str, str] = {HOLDS: BETTER, DOES_NOT_HOLD: WORSE, UNDECIDED: UNSEPARATED}
 """The claims' verdict of ``method - baseline > 0`` (and a claim's own verdict) as the answer it is."""
 MARKS: dict[str, str] = {key: answer.mark for key, answer in ANSWERS.items()}
 """How the report marks each answer: the leaderboard, the one-line answers, the gain figure and the kept-set tables."""
+
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
 Judge = Callable[[str, Sequence[Term]], Check]
 """The claims' comparison of ``terms > 0`` (:func:`~cirbench.report.analysis.claims.recall_judge`)."""
+
+
+def answers_words(margin: float = DEFAULT_MARGIN) -> str:
+    """Every answer's mark and word for a legend, equivalent with its margin in points:
+    ``▲ better, ▼ worse, = equivalent (both inside ±1 point), ○ undecided``."""
+    return ", ".join(f"{answer.mark} {answer.word}" + (f" (both inside ±{100 * margin:g} point)" if key == EQUIVALENT else "")
+                     for key, answer in ANSWERS.items())
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,8 @@ class LeaderCell:
     metric: Stat
     recall: Stat
     versus: str = ""
-    """:data:`BETTER`, :data:`WORSE` or :data:`UNSEPARATED` than the baseline at the rate (empty: the baseline itself, or none)."""
+    """:data:`BETTER`, :data:`WORSE`, :data:`EQUIVALENT` (within :data:`DEFAULT_MARGIN`) or :data:`UNSEPARATED` than the
+    baseline at the rate (empty: the baseline itself, or none)."""
     lead: str = ""
     """:data:`BEST` (ahead of every other ranked method), :data:`TIED` (a leader not separated) or empty."""
     below_start: bool = False
@@ -185,7 +199,7 @@ def _cells(setting: Setting, stats: pd.DataFrame, method: str, columns: tuple[st
         cell.metric_below_start, cell.below_start = cell.metric.mean < start[0], cell.recall.mean < start[1]
         if method != baseline and (rate, baseline) in stats.index:
             check = judge(f"{method} vs {baseline}, {rate_label(rate)}", difference(method, baseline, rate))
-            cell.versus = VERSUS.get(check.verdict, "")
+            cell.versus = check.answer or VERSUS.get(check.verdict, "")  # the four answers; a check without a difference by its verdict
         cells[rate] = cell
     return cells
 
@@ -203,7 +217,7 @@ def build_leaderboard(setting: Setting, n_resamples: int = N_RESAMPLES, seed: in
     stats = summarize(view.setting, per_run[list(dict.fromkeys(c for c in (metric, recall) if c))])
     references = reference_stats(view.setting)
     start = _stat(references, ZERO_SHOT_ROW, metric).mean, _stat(references, ZERO_SHOT_ROW, recall).mean
-    judge = recall_judge(view.setting, n_resamples, seed)
+    judge = recall_judge(view.setting, n_resamples, seed, margin=DEFAULT_MARGIN)
     rows = [LeaderRow(PERFECT_FILTER if m in setting.oracles else RANKED, m, setting.label(m),
                       _cells(setting, stats, m, (metric, recall), start, judge)) for m in setting.methods]
     _mark_leaders(rows, setting.rates, judge)

@@ -14,14 +14,29 @@ Two intervals are reported, each two-sided at 95%:
   resampled validation queries (or training samples), the same resample for every cell
   and seed (:mod:`cirbench.report.analysis.bootstrap`).
 
-**Verdict rule** (:func:`verdict`): a claim "A - B > threshold" *holds* when both intervals
-lie entirely above the threshold, *does not hold* when both lie entirely below it, and is
-*inconclusive* otherwise: when the intervals disagree or straddle it, when there are fewer
-than two seeds (no seed interval, so mean ± std alone is never a verdict), or when the
-stored ranks needed for the bootstrap are missing. The threshold is 0 for "A beats B" and
--0.01 for non-inferiority ("A loses no more than a point"). A claim made of several
-comparisons (:func:`combine_verdicts`) holds if all hold, does not hold if any does not
-hold, is "not run" if none could be run, and is inconclusive otherwise.
+**Four answers** (:func:`answer`): a difference is *better* when both intervals lie
+entirely above 0, *worse* when both lie entirely below 0, *equivalent* when neither and both
+lie entirely inside plus or minus a margin declared before any result is read (per claim in
+its claims file; :data:`DEFAULT_MARGIN`, 1 headline point, by default), and *undecided*
+otherwise: when the intervals disagree or straddle 0 and reach past the margin, when there
+are fewer than two seeds (no seed interval, so mean ± std alone is never an answer), or when
+the stored ranks needed for the bootstrap are missing. Equivalence asks both 95% intervals
+to lie inside the margin: stricter than the usual two one-sided tests, which ask it of a
+90% interval. A difference both one-sided and inside the margin is better (or worse): it is
+real, if small. Without a margin (``margin=None``) no difference is equivalent.
+
+**Verdict rule** (:func:`verdict`): a claim "A beats B" (threshold 0) *holds* when A - B is
+better, *does not hold* when it is worse or equivalent, and is *undecided* otherwise. A
+non-inferiority claim ("A loses no more than a point", threshold -0.01) keeps its threshold
+rule: it holds when both intervals lie entirely above the threshold, does not hold when both
+lie entirely below it, and is undecided otherwise. A claim made of several comparisons
+(:func:`combine_verdicts`) holds if all hold, does not hold if any does not hold, is "not
+run" if none could be run, and is undecided otherwise.
+
+**The smallest decidable difference** (:attr:`Comparison.half_width`): the half-width of the
+wider of the two intervals, half its length (the bootstrap's percentile interval need not be
+symmetric). A difference whose mean lies further from 0 than it would be better or worse at
+this spread; one that is equivalent needs it below the margin less the mean's distance from 0.
 """
 
 from __future__ import annotations
@@ -36,11 +51,18 @@ from scipy import stats
 
 from cirbench.results.chance import KEPT_SET_ALPHA, KeptSetTest, kept_set_test  # noqa: F401  (re-exported)
 
-HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
-VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_RUN)
+HOLDS, DOES_NOT_HOLD, UNDECIDED, NOT_RUN = "holds", "does not hold", "undecided", "not run"
+VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, UNDECIDED, NOT_RUN)
+BETTER, WORSE, EQUIVALENT = "better", "worse", "equivalent"
+ANSWERS: tuple[str, ...] = (BETTER, WORSE, EQUIVALENT, UNDECIDED)
+"""What a difference is, whatever the claim made of it (see the module docstring)."""
 LEVEL = 0.95
 NON_INFERIORITY = -0.01
 """The threshold of "loses no more than a point" (metrics are fractions; the report prints it as -1 point)."""
+DEFAULT_MARGIN = 0.01
+"""The equivalence margin of a claim that declares none: 1 headline point (metrics are
+fractions), about the gaps the papers report between robust methods from one run each
+(0.5-1.5 points, ConeSep Tables 1-2): a smaller difference is none worth claiming here."""
 
 Interval = tuple[float, float]
 Resampler = Callable[[list[str]], "np.ndarray | None"]
@@ -75,17 +97,42 @@ class Comparison:
     verdict: str = NOT_RUN
     note: str = ""
     bootstrap_over: str = "queries"
+    margin: float | None = None
+    answer: str = UNDECIDED
+    """:data:`BETTER`, :data:`WORSE`, :data:`EQUIVALENT` (within ``margin``) or :data:`UNDECIDED`."""
+
+    @property
+    def half_width(self) -> float | None:
+        """The smallest decidable difference: the half-width of the wider of the two
+        intervals (half its length); None when either is missing."""
+        if self.seed_interval is None or self.bootstrap_interval is None:
+            return None
+        return max(half_width(self.seed_interval), half_width(self.bootstrap_interval))
 
     def numbers(self) -> str:
-        """The estimate and its intervals in one line, in percentage points (the values are
-        fractions), e.g. ``+5.2 points; seeds 0,1,2: [+3.1, +7.0]; queries: [+4.1, +6.3]``."""
+        """The estimate, its intervals and the smallest decidable difference in one line, in
+        percentage points (the values are fractions), e.g. ``+5.2 points; seeds 0,1,2:
+        [+3.1, +7.0]; queries: [+4.1, +6.3]; smallest decidable ±2.0``."""
         if self.verdict == NOT_RUN:
             return self.note
         parts = [f"{to_points(self.mean)} points"]
         seeds = ",".join(str(s) for s in self.seeds)
         parts.append(f"seeds {seeds}: " + (_interval(self.seed_interval) if self.seed_interval else "no interval (one seed)"))
         parts.append(f"{self.bootstrap_over}: " + (_interval(self.bootstrap_interval) if self.bootstrap_interval else "-"))
+        parts.append(f"smallest decidable {half_width_text(self.half_width)}")
         return "; ".join(parts) + (f" ({self.note})" if self.note else "")
+
+
+def half_width(interval: Interval) -> float:
+    """Half the length of ``interval``."""
+    return (interval[1] - interval[0]) / 2.0
+
+
+def half_width_text(value: float | None) -> str:
+    """The smallest decidable difference in points, e.g. ``±2.0`` (``-`` without one)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return "±" + to_points(value)[1:]
 
 
 def to_points(value: float) -> str:
@@ -122,22 +169,45 @@ def percentile_interval(samples: np.ndarray, level: float = LEVEL) -> Interval |
     return float(low), float(high)
 
 
-def verdict(seed: Interval | None, bootstrap: Interval | None, threshold: float = 0.0) -> str:
-    """:data:`HOLDS` when both intervals lie entirely above ``threshold``,
-    :data:`DOES_NOT_HOLD` when both lie entirely below, :data:`INCONCLUSIVE` otherwise
-    (including a missing interval)."""
+def _side(seed: Interval | None, bootstrap: Interval | None, threshold: float) -> str:
+    """:data:`BETTER` when both intervals lie entirely above ``threshold``, :data:`WORSE`
+    when both lie entirely below, :data:`UNDECIDED` otherwise (including a missing interval)."""
     if seed is None or bootstrap is None:
-        return INCONCLUSIVE
+        return UNDECIDED
     if seed[0] > threshold and bootstrap[0] > threshold:
-        return HOLDS
+        return BETTER
     if seed[1] < threshold and bootstrap[1] < threshold:
-        return DOES_NOT_HOLD
-    return INCONCLUSIVE
+        return WORSE
+    return UNDECIDED
+
+
+def answer(seed: Interval | None, bootstrap: Interval | None, margin: float | None = DEFAULT_MARGIN) -> str:
+    """What a difference is: :data:`BETTER` or :data:`WORSE` when both intervals lie on one
+    side of 0, else :data:`EQUIVALENT` when both lie entirely inside ``[-margin, +margin]``
+    (never with ``margin`` None), else :data:`UNDECIDED` (a missing interval included)."""
+    side = _side(seed, bootstrap, 0.0)
+    if side != UNDECIDED or margin is None or seed is None or bootstrap is None:
+        return side
+    if min(seed[0], bootstrap[0]) >= -margin and max(seed[1], bootstrap[1]) <= margin:
+        return EQUIVALENT
+    return UNDECIDED
+
+
+def verdict(seed: Interval | None, bootstrap: Interval | None, threshold: float = 0.0,
+            margin: float | None = None) -> str:
+    """The verdict of the claim "difference > ``threshold``". A non-zero threshold (non-
+    inferiority) keeps the threshold rule: :data:`HOLDS` when both intervals lie entirely
+    above it, :data:`DOES_NOT_HOLD` when both lie entirely below, :data:`UNDECIDED`
+    otherwise. At 0 ("beats") it reads the :func:`answer`: better holds, worse or
+    equivalent (within ``margin``) does not hold, undecided is undecided."""
+    if threshold:
+        return {BETTER: HOLDS, WORSE: DOES_NOT_HOLD}.get(_side(seed, bootstrap, threshold), UNDECIDED)
+    return {BETTER: HOLDS, WORSE: DOES_NOT_HOLD, EQUIVALENT: DOES_NOT_HOLD}.get(answer(seed, bootstrap, margin), UNDECIDED)
 
 
 def combine_verdicts(verdicts: Iterable[str]) -> str:
     """The verdict of a claim made of several comparisons: not run if none was run, does
-    not hold if any does not hold, holds if all hold, inconclusive otherwise."""
+    not hold if any does not hold, holds if all hold, undecided otherwise."""
     found = list(verdicts)
     unknown = set(found) - set(VERDICTS)
     if unknown:
@@ -148,7 +218,7 @@ def combine_verdicts(verdicts: Iterable[str]) -> str:
         return DOES_NOT_HOLD
     if all(v == HOLDS for v in found):
         return HOLDS
-    return INCONCLUSIVE
+    return UNDECIDED
 
 
 def cell_runs(runs: pd.DataFrame, term: Term) -> dict[int, str]:
@@ -167,13 +237,15 @@ def paired_comparison(
     threshold: float = 0.0,
     level: float = LEVEL,
     bootstrap_over: str = "queries",
+    margin: float | None = None,
 ) -> Comparison:
-    """Compare ``sum(term.weight * metric(term's cell)) + offset`` against ``threshold``.
+    """Compare ``sum(term.weight * metric(term's cell)) + offset`` against ``threshold``,
+    its :func:`answer` within ``margin`` (None: never equivalent).
 
     ``runs`` has ``run_id, method, noise_rate, seed`` (one completed run per cell and seed);
     ``point`` is each run's metric by run id (missing or NaN: not available); ``resample``
     gives the metric on the shared resamples. The seeds compared are those on which every
-    cell has a value; none is "not run". Fewer than two seeds is inconclusive.
+    cell has a value; none is "not run". Fewer than two seeds is undecided.
     """
     if not terms:
         raise ValueError("a comparison needs at least one term")
@@ -182,7 +254,7 @@ def paired_comparison(
         {s for s, r in cell.items() if r in point.index and np.isfinite(point[r])} for cell in cells
     ]
     seeds = sorted(set.intersection(*available))
-    result = Comparison(label, threshold, bootstrap_over=bootstrap_over)
+    result = Comparison(label, threshold, bootstrap_over=bootstrap_over, margin=margin)
     if not seeds:
         missing = [f"{t.method} at {t.rate * 100:g}%" for t, have in zip(terms, available) if not have]
         result.note = "not run: no result for " + ", ".join(missing) if missing else "not run: no seed with every cell"
@@ -203,14 +275,15 @@ def paired_comparison(
     if len(seeds) < 2:
         notes.append("one seed")
     result.note = "; ".join(notes)
-    result.verdict = verdict(result.seed_interval, result.bootstrap_interval, threshold)
+    result.answer = answer(result.seed_interval, result.bootstrap_interval, margin)
+    result.verdict = verdict(result.seed_interval, result.bootstrap_interval, threshold, margin)
     return result
 
 
 def kept_set_verdict(test: KeptSetTest, alpha: float = KEPT_SET_ALPHA) -> str:
-    """Cleaner than chance at ``alpha`` holds; dirtier at ``alpha`` does not; else inconclusive."""
+    """Cleaner than chance at ``alpha`` holds; dirtier at ``alpha`` does not; else undecided."""
     if test.p_cleaner < alpha:
         return HOLDS
     if test.p_dirtier < alpha:
         return DOES_NOT_HOLD
-    return INCONCLUSIVE
+    return UNDECIDED

@@ -22,12 +22,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from cirbench.report.analysis.claims import Check, Claim
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE
+from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED
 from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
 from cirbench.report.analysis.numbers import format_points
 from cirbench.report.figures.palette import answer_colour
 
-VERDICT_MARKERS: dict[str, str] = {HOLDS: "o", DOES_NOT_HOLD: "X", INCONCLUSIVE: "D"}
+VERDICT_MARKERS: dict[str, str] = {HOLDS: "o", DOES_NOT_HOLD: "X", UNDECIDED: "D"}
 VERDICT_STYLES: dict[str, dict] = {verdict: {"color": answer_colour(verdict), "marker": marker}
                                    for verdict, marker in VERDICT_MARKERS.items()}
 """Colour and marker per verdict: the answers' colours (:func:`~cirbench.report.figures.palette.answer_colour`,
@@ -148,7 +148,7 @@ def _edges(ax: Axes, y: float, values: list[float], limits: tuple[float, float],
 
 
 def _draw_row(ax: Axes, y: float, check: Check, limits: tuple[float, float]) -> None:
-    style = VERDICT_STYLES.get(check.verdict, VERDICT_STYLES[INCONCLUSIVE])
+    style = VERDICT_STYLES.get(check.verdict, VERDICT_STYLES[UNDECIDED])
     colour = style["color"]
 
     def bounded(value: float) -> float:
@@ -268,7 +268,7 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
     groups = sorted({row.claim for rows in panels.values() for row in rows})
     alt = (f"Forest plot in {len(panels)} panels, one per unit: {counts}; rows grouped under claims "
            f"{', '.join(map(str, groups))}, each a difference with its intervals against a dashed threshold, "
-           "coloured by verdict (green holds, wine red does not hold, grey inconclusive); a value beyond the axis is "
+           "coloured by verdict (green holds, wine red does not hold, grey undecided); a value beyond the axis is "
            "written at its edge.")
     return save_figure(draw_forest(panels, metric), out, "claims_forest",
                        "The claims at a glance: each comparison against its threshold, by unit",
@@ -278,8 +278,9 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
                        "(x100) at each run's last epoch: the dot is the mean difference over seeds, the thick bar its 95% t interval over seeds, the "
                        "thin bar its 95% paired bootstrap interval over validation queries (training samples for purity and "
                        "AUROC), the dashed line the threshold it must clear. A check holds (green) when both bars lie above "
-                       "the threshold, does not hold (wine red) when both lie below it, and is inconclusive (grey) "
-                       "otherwise. A kept set against chance shows each seed's purity minus the training set's clean share "
+                       "the threshold, does not hold (wine red) when both lie below it or, against a threshold of 0, both lie "
+                       "inside the claim's margin (equivalent), and is undecided (grey) otherwise. A kept set against chance "
+                       "shows each seed's purity minus the training set's clean share "
                        "(ticks) and their mean; it holds when the exact test puts every seed above chance (p < 0.01). A mean or "
                        "an interval beyond the axis (an outlier that would squeeze every other row) is drawn to the edge, "
                        "the farthest value there written at it (◀ or ▶).",

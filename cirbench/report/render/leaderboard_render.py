@@ -11,8 +11,8 @@ from typing import Callable
 import pandas as pd
 
 from cirbench.report.analysis.leaderboard import (
-    ANSWERS, BEST, BOUND_ROW, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, LeaderCell, Leaderboard, LeaderRow,
-    Stat, terms,
+    ANSWERS, BEST, BOUND_ROW, LEGACY_WORDS, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, LeaderCell, Leaderboard,
+    LeaderRow, Stat, answers_words, terms,
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
@@ -39,7 +39,7 @@ def _start_text(board: Leaderboard) -> str:
 def legend(board: Leaderboard) -> str:
     """The lines above the table: what each cell holds, at which epoch, and every mark (Markdown)."""
     pair = f"**{board.metric}**, then {board.recall}" if _shows_recall(board) else f"**{board.metric}**"
-    answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
+    answers = answers_words()
     return (
         f"Each cell: {pair}: {ON_VALIDATION}, %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
         f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of 0): "
@@ -206,6 +206,11 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def _answer(word: str) -> str:
+    """A ``leaderboard.csv``'s answer as today's key (an older file's word read through :data:`LEGACY_WORDS`)."""
+    return LEGACY_WORDS.get(word, word)
+
+
 def board_from_frame(frame: pd.DataFrame, seeds: list[int]) -> Leaderboard:
     """The leaderboard a ``leaderboard.csv`` holds (:func:`leaderboard_frame`'s inverse, enough
     to render it), over ``seeds`` (which the file counts but does not name): what the README's block shows of a committed report. A file written before
@@ -222,7 +227,7 @@ def board_from_frame(frame: pd.DataFrame, seeds: list[int]) -> Leaderboard:
         below = getattr(row, "metric_below_zero_shot", math.nan)
         cell = LeaderCell(Stat(float(row.metric_mean), float(row.metric_std), int(row.n_seeds)),
                           Stat(float(row.recall_mean), float(row.recall_std), int(row.n_seeds)),
-                          text(getattr(row, versus, "")), text(row.lead), bool(row.below_zero_shot), bool(row.collapsed))
+                          _answer(text(getattr(row, versus, ""))), text(row.lead), bool(row.below_zero_shot), bool(row.collapsed))
         cell.metric_below_start = (bool(below) if not pd.isna(below)
                                    else row.kind != REFERENCE_ROW and cell.metric.mean < starts[0])
         return cell

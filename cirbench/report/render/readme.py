@@ -21,7 +21,7 @@ import pandas as pd
 from cirbench.report.analysis.calibration import ROOM_SHARE
 from cirbench.report.analysis.cells import SELECTED_METRICS_FILE, read_final_metrics
 from cirbench.report.analysis.glance import answer_lines
-from cirbench.report.analysis.leaderboard import ANSWERS, Leaderboard
+from cirbench.report.analysis.leaderboard import Leaderboard, answers_words
 from cirbench.report.analysis.numbers import rate_label
 from cirbench.report.analysis.room import percent, points, room_to_win
 from cirbench.report.render.layout import slug
@@ -62,7 +62,7 @@ def _room_lines(cells: pd.DataFrame) -> list[str]:
 
 def legend(board: Leaderboard, links: str) -> str:
     """The words between a setting's title and its first table: what the cells are and the marks."""
-    answers = ", ".join(f"{answer.mark} {answer.word}" for answer in ANSWERS.values())
+    answers = answers_words()
     return (f"% of validation queries, mean ± std over seeds {','.join(map(str, board.seeds))}. Marks against "
             f"`{board.baseline}`, the baseline (both 95% intervals on one side of 0): {answers}. {BELOW_START_MARK}: "
             f"below the start; underlined: leaders not separated. Terms and rule: {links}.")

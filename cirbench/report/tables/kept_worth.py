@@ -9,8 +9,10 @@ import math
 from cirbench.report.analysis.claims import Check
 from cirbench.report.analysis.kept_worth import KeptWorth
 from cirbench.report.analysis.leaderboard import BETTER, MARKS, UNSEPARATED, VERSUS, WORSE
+from cirbench.report.analysis.significance import DEFAULT_MARGIN, EQUIVALENT
 from cirbench.report.analysis.load import COLLAPSE_MARK
 from cirbench.report.analysis.numbers import format_mean, rate_label
+from cirbench.report.analysis.significance import half_width_text
 from cirbench.report.tables.model import Cell, TableModel
 
 DECOMPOSITION_TITLE = "What a kept set is worth: filter and other terms"
@@ -18,15 +20,21 @@ NOISE_TYPES_TITLE = "What each noise type costs the baseline"
 
 
 def _mark(check: Check) -> str:
-    """A check's mark as the leaderboard prints it (▲ ▼ ○), with the collapse mark."""
-    return MARKS.get(VERSUS.get(check.verdict, ""), "") + (COLLAPSE_MARK if check.collapsed else "")
+    """A check's mark as the leaderboard prints it (▲ ▼ = ○), with the collapse mark."""
+    return MARKS.get(check.answer or VERSUS.get(check.verdict, ""), "") + (COLLAPSE_MARK if check.collapsed else "")
 
 
 def points_text(check: Check | None) -> str:
-    """A difference in points with its mark, e.g. ``-3.10 ▼``; ``-`` when not run."""
+    """A difference in points with the smallest difference it can decide and its mark, e.g.
+    ``-3.10 ±1.2 ▼``; ``-`` when not run."""
     if check is None or check.comparison is None or not math.isfinite(check.comparison.mean):
         return "-"
-    return f"{check.comparison.mean * 100:+.2f} {_mark(check)}".strip()
+    smallest = half_width_text(check.half_width) if check.half_width is not None else ""
+    return " ".join(part for part in (f"{check.comparison.mean * 100:+.2f}", smallest, _mark(check)) if part)
+
+
+SMALLEST = ("± the smallest difference the comparison can decide at its seeds and queries: the half-width of the wider "
+            "of its two 95% intervals, in points (none with one seed)")
 
 
 def decomposition_table(worth: KeptWorth) -> TableModel | None:
@@ -44,7 +52,7 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
         rows.append((rate_label(split.rate) if split.rate != last else "", worth.setting.label(split.method), cells))
         last = split.rate
     seeds = worth.points.seed.nunique()
-    one_seed = (" One seed: no interval over seeds, so every mark is inconclusive (a mean alone is never a verdict)."
+    one_seed = (" One seed: no interval over seeds, so every mark is undecided (a mean alone is never a verdict)."
                 if seeds < 2 else "")
     stale = one_seed + (f" {worth.stale} replay(s) replay a run of their method that the report no longer reads "
                         "(rerun since): their row compares the replay with the newer run." if worth.stale else "")
@@ -55,7 +63,8 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
             f"`{base}`) + its other terms (the method against its replay); the three are read on the same seeds, so they "
             "add up to rounding. Left on the table: what the perfect filter reaches beyond the replay. Marks by the "
             f"claims' rule (both 95% intervals, over seeds and over queries, on one side of 0): {MARKS[BETTER]} above "
-            f"0, {MARKS[WORSE]} below, {MARKS[UNSEPARATED]} inconclusive; {COLLAPSE_MARK} a cell read collapsed. A replay "
+            f"0, {MARKS[WORSE]} below, {MARKS[EQUIVALENT]} equivalent (both inside ±{100 * DEFAULT_MARGIN:g} point), "
+            f"{MARKS[UNSEPARATED]} undecided; {COLLAPSE_MARK} a cell read collapsed; {SMALLEST}. A replay "
             f"trains `{base}`'s loss: 'other terms' is every difference of the method's training beyond the rows it kept "
             "(its loss terms, what it does with the dropped rows, its hyperparameters, its own model's trajectory)." + stale)
     return TableModel(DECOMPOSITION_TITLE, columns, rows, note)
@@ -76,7 +85,7 @@ def noise_type_table(worth: KeptWorth) -> TableModel | None:
         last = cost.rate
     note = (f"A noise type's cell: `{worth.baseline}`'s loss trained as the perfect filter trains, on every clean triplet "
             f"plus that type's noisy ones only. Type - {worth.perfect}: what keeping that type's noisy triplets costs the "
-            "baseline, in points (below 0: it costs), by the claims' paired rule and marks; caught: the share of that "
+            f"baseline, in points (below 0: it costs), by the claims' paired rule and marks ({SMALLEST}); caught: the share of that "
             "type's noisy triplets each method did not keep, at the epoch the claims read (0 in a warm-up epoch, which "
             f"keeps every row). {worth.metric} mean ± std over seeds, each run at its best held-out epoch.")
     return TableModel(NOISE_TYPES_TITLE, columns, rows, note)
