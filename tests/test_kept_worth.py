@@ -15,7 +15,7 @@ import pytest
 
 from cirbench.engine.recorder import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.kept_worth import NONE_LINE, kept_worth
+from cirbench.report.analysis.kept_worth import NONE_LINE, kept_worth, on_kept_seeds
 from cirbench.report.tables.kept_worth import DECOMPOSITION_TITLE, NOISE_TYPES_TITLE
 from cirbench.results.store import MAIN_SCORE, CellKey, ResultsStore
 from test_claims import N_TRAIN, _cell, _run_row, write_claims_results
@@ -185,6 +185,20 @@ def test_the_chart_is_drawn_after_the_room_and_the_contents_link_it(kept_report)
     assert NONE_LINE not in text
     alt = re.search(r'<img alt="([^"]*)" data-file="kept_set_worth.png"', text).group(1)
     assert "at 80%" in alt and "replay" in alt and "frontier" in alt
+
+
+def test_the_chart_reads_a_rate_on_its_kept_set_cells_seeds() -> None:
+    """The headline grid on seeds 0-4, the frontier and the replays on 0-2: at 50% every point
+    is read on seeds 0-2 (a method against its replay on the same seeds); 20% has no kept-set cell
+    and keeps every seed."""
+    rows = [(0.5, seed, kind) for seed in range(5) for kind in ("method", "baseline", "perfect filter")]
+    rows += [(0.5, seed, kind) for seed in range(3) for kind in ("frontier", "replay")]
+    rows += [(0.2, seed, "method") for seed in range(5)]
+    points = pd.DataFrame(rows, columns=["noise_rate", "seed", "kind"])
+    kept = on_kept_seeds(points)
+    assert sorted(set(kept.seed[kept.noise_rate == 0.5])) == [0, 1, 2]
+    assert len(kept[kept.noise_rate == 0.5]) == 3 * 5
+    assert sorted(kept.seed[kept.noise_rate == 0.2]) == [0, 1, 2, 3, 4]
 
 
 def test_without_kept_set_cells_one_line_says_so_and_nothing_is_drawn(tmp_path: Path) -> None:

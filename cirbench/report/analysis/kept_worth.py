@@ -209,8 +209,19 @@ def chart_points(setting: Setting, epochs: pd.Series, baseline: str, perfect: st
         points.at[run_id, "method"] = name
         points.at[run_id, "purity"] = points.purity.get(read, np.nan) if read is not None else np.nan
     points["metric"], points["recall"] = per_run[metric].reindex(points.index), per_run[recall].reindex(points.index)
+    points = on_kept_seeds(points)
     points.attrs["left_out"] = list(left_out.values())
     return points, stale
+
+
+def on_kept_seeds(points: pd.DataFrame) -> pd.DataFrame:
+    """``points`` at each noise rate with kept-set cells read on those cells' seeds only: the
+    methods, the baseline and the perfect filter may have run more seeds (the headline grid) than
+    the frontier and the replays, and a mean over other seeds would move a point against its replay."""
+    kept = points[points.kind.isin([FRONTIER, REPLAY, NOISE_TYPE])]
+    seeds = kept.groupby("noise_rate").seed.agg(set)
+    keep = [rate not in seeds.index or seed in seeds[rate] for rate, seed in zip(points.noise_rate, points.seed)]
+    return points[np.array(keep, dtype=bool)]
 
 
 def _splits(worth: KeptWorth, judge: Judge) -> list[Split]:

@@ -4,6 +4,7 @@ record: :mod:`cirbench.results.verify`), listed rather than fatal."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -190,10 +191,11 @@ class Setting:
         """The noise rates with at least one completed run, ascending."""
         return sorted(self.runs.noise_rate.unique())
 
-    def describe(self) -> str:
-        """What was run, for figure titles: dataset, backbone, protocol, epochs and seeds."""
+    def describe(self, seeds: Iterable[int] | None = None) -> str:
+        """What was run, for figure titles: dataset, backbone, protocol, epochs and seeds (``seeds``
+        where a figure reads fewer than the setting holds)."""
         epochs = sorted({int(e) for e in self.runs.epochs.dropna()})
-        seeds = sorted({int(s) for s in self.runs.seed})
+        seeds = sorted({int(s) for s in (self.runs.seed if seeds is None else seeds)})
         epoch_text = "/".join(str(e) for e in epochs) or "?"
         return (
             f"{self.dataset}, {self.backbone} backbone, {self.noise_protocol} noise, "
