@@ -200,13 +200,15 @@ def test_never_run_cell_is_listed(tmp_path: Path) -> None:
 
 def test_a_variant_or_oracle_is_expected_only_at_its_own_rates(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
-    cells = [("sprc", 0.2, 0), ("sprc", 0.5, 0), ("sprc", 0.2, 1), ("sprc", 0.5, 1),
-             ("robust:ablated", 0.2, 0), ("oracle", 0.5, 0), ("oracle", 0.5, 1)]
+    cells = [("sprc", 0.2, 0), ("sprc", 0.5, 0), ("sprc", 0.2, 1), ("sprc", 0.5, 1), ("sprc", 0.2, 2), ("sprc", 0.5, 2),
+             ("robust:other", 0.2, 0), ("robust:other", 0.2, 1), ("robust:ablated", 0.2, 0), ("oracle", 0.5, 0),
+             ("oracle", 0.5, 1), ("oracle", 0.5, 2)]
     for method, rate, seed in cells:
         tables, n_noisy = _tables(method.split(":")[0], rate, seed)
         row = _run_row(method, "completed") | {"n_noisy": n_noisy, "is_oracle": method == "oracle"}
         store.write_run(CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed), row, tables)
     problems = load_results(tmp_path).problems
+    # the ablation grid ran seeds 0-1 (its variants'), the headline 0-2: seed 2 of a variant was never planned
     assert problems[["method", "noise_rate", "seed"]].values.tolist() == [["robust:ablated", 0.2, 1]]
 
 

@@ -249,11 +249,13 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
         own_rates_only = oracles | set(group.method[group.method.str.contains(":")])
         trials = group[group.method.str.fullmatch(TRIAL_LABEL.pattern)]
         sweep_seeds = trials.groupby(trials.method.str.extract(TRIAL_LABEL)["method"]).seed.unique()
-        expected = [  # a sweep's trials at the seeds its method's trials were run at (a sweep may run fewer)
+        variants = group[group.method.str.contains(":") & ~group.method.str.fullmatch(TRIAL_LABEL.pattern)]
+        ablation_seeds = variants.groupby(variants.method.str.split(":").str[0]).seed.unique()
+        expected = [  # a sweep's trials, an ablation's variants at the seeds their grid ran (either may run fewer)
             (method, rate, seed)
             for method, rows in group.groupby("method")
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
-            for seed in (sorted(sweep_seeds[TRIAL_LABEL.fullmatch(method)["method"]]) if TRIAL_LABEL.fullmatch(method) else seeds)
+            for seed in _expected_seeds(method, seeds, sweep_seeds, ablation_seeds)
             if not (method in oracles and rate == 0.0)
         ]
         for method, rate, seed in expected:
@@ -262,6 +264,17 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
                 seen.add(cell)
                 rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": "missing", "error": "never run", "run_id": ""})
     return pd.DataFrame(rows, columns=columns).sort_values(CELL_COLUMNS).reset_index(drop=True)
+
+
+def _expected_seeds(method: str, seeds: list, sweep_seeds: pd.Series, ablation_seeds: pd.Series) -> list:
+    """The seeds ``method`` is expected at: a sweep trial's, its method's trials' seeds; an ablation
+    variant's (``name:variant``), the seeds of any variant of ``name`` (its grid's); any other, ``seeds``."""
+    trial = TRIAL_LABEL.fullmatch(method)
+    if trial:
+        return sorted(sweep_seeds[trial["method"]])
+    if ":" in method:
+        return sorted(ablation_seeds[method.split(":", 1)[0]])
+    return seeds
 
 
 def _other_damage(problems: pd.DataFrame, damaged: dict[str, str], runs: pd.DataFrame, references: pd.DataFrame) -> pd.DataFrame:

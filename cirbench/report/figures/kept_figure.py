@@ -129,7 +129,7 @@ def draw_kept(worth: KeptWorth) -> Figure:
         here = points[points.noise_rate == rate]
         pending += [(ax, _panel(ax, here, column, name, styles, worth.baseline, rate)) for ax, (column, name) in zip(row, columns)]
     figure_title(fig, f"What a kept set is worth: score against the purity of the kept set, at the epoch the claims read: "
-                      f"{worth.setting.describe(points.seed)}", width)
+                      f"{worth.setting.describe(points.seed[points.noise_rate.isin(rates)])}", width)
     handles = [Line2D([], [], color="black", linestyle="--", marker="s", markersize=4,
                       label=f"frontier ({worth.baseline}'s loss, noise dropped at random)")]
     base = styles.get(worth.baseline, {"color": "0.3"})["color"]
