@@ -101,14 +101,36 @@ def typed_values(cls: type, texts: Mapping[str, str], where: Callable[[str], str
     return values
 
 
+READINGS = "readings"
+"""The one ``--set`` key that is no field: ``<method>.readings=release`` turns on every switch of
+the method's ``release_readings`` (its authors' code where the port follows the paper),
+``readings=paper`` is the defaults. Explicit ``--set`` entries of the same scope win over it."""
+
+
+def reading_values(cls: type, reading: str, scope: str) -> dict[str, Any]:
+    """The field values that ``--set {scope}.readings={reading}`` stands for: none for
+    ``paper``, the config class's ``release_readings`` for ``release``."""
+    if reading == "paper":
+        return {}
+    if reading != "release":
+        raise ConfigError(f"--set {scope}.{READINGS}: {reading!r} is not one of paper, release")
+    release = dict(getattr(cls, "release_readings", {}) or {})
+    if not release:
+        raise ConfigError(f"--set {scope}.{READINGS}=release: {scope} declares no release readings")
+    return release
+
+
 def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
     """An instance of the dataclass ``cls`` with ``overrides`` applied, each value converted
-    to its field's declared type. Unknown keys raise with the list of valid ones, a value
-    the config's own checks refuse with the ``--set`` entries given."""
-    values = typed_values(
+    to its field's declared type (``readings`` first expanded, :data:`READINGS`). Unknown keys
+    raise with the list of valid ones, a value the config's own checks refuse with the
+    ``--set`` entries given."""
+    overrides = dict(overrides)
+    readings = reading_values(cls, str(overrides.pop(READINGS, "paper")), scope)
+    values = {**readings, **typed_values(
         cls, overrides, lambda key: f"--set {scope}.{key}",
-        lambda key, fields: f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted(fields))}",
-    )
+        lambda key, fields: f"--set {scope}.{key}: unknown key; valid keys for {scope}: {', '.join(sorted([*fields, READINGS]))}",
+    )}
     try:
         return cls(**values)
     except ValueError as exc:  # the config's own range checks
@@ -120,3 +142,23 @@ def build_config(cls: type[C], overrides: dict[str, str], scope: str) -> C:
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A JSON-friendly dict of a config dataclass."""
     return dataclasses.asdict(config)
+
+
+LATE_FIELD = "late"
+
+
+def late_field(default: Any) -> Any:
+    """A config field added after run ids were published (a switch to a release's reading,
+    say): a run id leaves it out while it holds ``default`` (:func:`identity_dict`), so the
+    ids of the cells that do not use it stay as they were."""
+    return dataclasses.field(default=default, metadata={LATE_FIELD: True})
+
+
+def identity_dict(config: Any) -> dict[str, Any]:
+    """:func:`config_to_dict` less the :func:`late_field` fields that hold their default:
+    what a run id is made from."""
+    out = config_to_dict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get(LATE_FIELD) and out.get(f.name) == f.default:
+            del out[f.name]
+    return out

@@ -73,6 +73,12 @@ class MethodConfig:
     """What ``cirbench sweep`` may vary (:mod:`cirbench.search`): ``lr`` for every method; a
     method's ``Config`` adds its own few (``{**MethodConfig.search_space, ...}``)."""
 
+    release_readings: ClassVar[dict[str, Any]] = {}
+    """The field values under which the port computes what its authors' release computes on
+    every term the parity harness compares (``benchmarks/parity/``), its known defects
+    included; ``--set <method>.readings=release`` turns them all on. Empty: the port has no
+    reading of its own to switch (docs/<method>.md's "where we differ" says why)."""
+
     lr: float | None = None
     weight_decay: float = 0.05
     beta1: float = 0.9

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cirbench import defaults
 from cirbench.backbones.registry import BACKBONES
-from cirbench.config import config_to_dict
+from cirbench.config import identity_dict
 from cirbench.data.noise_file import NoiseFileError, file_digest, instance_metadata
 from cirbench.data.registry import DATASETS
 from cirbench.engine.reference import REFERENCE_ROWS
@@ -123,7 +123,7 @@ def run_id_for(spec: GridSpec, label: str, method_cls: type[Method], config: Met
     and the start joined them (docs/benchmark.md#run-ids)."""
     dataset_key = DATASETS.get(spec.dataset).key()  # a generated dataset's, known before it is loaded
     factory = BACKBONES.get(spec.backbone)
-    resolved = config_to_dict(config)
+    resolved = identity_dict(config)
     if resolved.get("lr") is None and REFERENCE_ROWS.get(label) is not method_cls:
         resolved["lr"] = factory.default_lr
     start = getattr(factory, "start_identity", None)
