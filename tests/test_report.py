@@ -20,6 +20,7 @@ from cirbench.report.analysis.glance import answer_lines
 from cirbench.report.analysis.leaderboard import build_leaderboard
 from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
 from cirbench.report.render.table_text import to_html, to_markdown
+from cirbench.report.analysis.claims import recall_judge
 from cirbench.report.tables.comparison import ablation_table, recall_table
 from cirbench.report.tables.model import Cell
 from cirbench.results.chance import below_chance_reason
@@ -247,6 +248,8 @@ def test_ablation_rows_get_their_own_table_and_stay_out_of_the_ranking(tmp_path:
     assert [(rate, method) for rate, method, _ in table.rows] == [("20%", "robust"), ("", "robust:weak")]
     assert table.columns == ["R@10", "vs full"]
     assert table.rows[0][2][1].text == "-" and table.rows[1][2][1].text == "-10.00"
+    judged = ablation_table(setting, recall_judge(setting, margin=0.01))  # the leaderboard's answer, marked
+    assert judged.rows[0][2][1].text == "-" and judged.rows[1][2][1].text == "-10.00 ○", judged.rows  # no per-query results: no bootstrap, undecided
 
 
 def test_a_collapsed_cell_is_marked_in_every_table_and_listed_with_its_reason(built, tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ import pandas as pd
 
 import cirbench
 from cirbench.report.analysis.calibration import parity_lines, room_lines
-from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims
+from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims, recall_judge
 from cirbench.report.analysis.glance import at_a_glance
 from cirbench.report.analysis.kept_worth import kept_worth
 from cirbench.report.analysis.leaderboard import Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.load import ReportData, Setting
+from cirbench.report.analysis.significance import DEFAULT_MARGIN
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.figures.forest import claims_forest
@@ -142,7 +143,7 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
     sections = []
     for setting in data.settings:
         read = rule_view(setting, DEFAULT_RULE).setting  # recall at the epoch the claims read; kept sets at the last
-        candidates = (recall_table(read), ablation_table(read), reference_table(read), gain_table(read),
+        candidates = (recall_table(read), ablation_table(read, recall_judge(read, margin=DEFAULT_MARGIN)), reference_table(read), gain_table(read),
                       purity_table(setting), selection_table(setting), tuned_table(setting),
                       reproduction_table(read, published))
         tables = [t for t in candidates if t is not None]

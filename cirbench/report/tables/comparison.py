@@ -14,7 +14,9 @@ import math
 
 import pandas as pd
 
+from cirbench.report.analysis.leaderboard import MARKS, VERSUS, Judge
 from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.significance import difference
 from cirbench.report.analysis.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, headline_column, purity_per_run, rate_label,
     run_columns, summarize,
@@ -74,9 +76,19 @@ def recall_table(setting: Setting) -> TableModel | None:
     return _ranked_table("Retrieval", stats, columns, setting, note)
 
 
-def ablation_table(setting: Setting) -> TableModel | None:
+def _versus_full(judge: Judge | None, variant: str, full: str, rate: float) -> str:
+    """The answer mark of ``variant - full`` at ``rate`` (the leaderboard's four answers), "" without a judge."""
+    if judge is None:
+        return ""
+    check = judge(f"{variant} vs {full}, {rate_label(rate)}", difference(variant, full, rate))
+    return MARKS.get(check.answer or VERSUS.get(check.verdict, ""), "")
+
+
+def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel | None:
     """Each method's ablation rows beside the full method, at the rates the rows were run
-    at: the headline column and its difference to the full method (percentage points)."""
+    at: the headline column and its difference to the full method (percentage points), with
+    the answer of the claims' rule to it when ``judge`` is given (:func:`~cirbench.report.
+    analysis.claims.recall_judge`; a release-readings variant is priced so, docs/parity.md)."""
     per_run = run_columns(setting)
     column = headline_column(list(per_run.columns))
     if column is None or not setting.variants:
@@ -94,11 +106,16 @@ def ablation_table(setting: Setting) -> TableModel | None:
                 mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
                                 int(block.loc[method, ("n", column)]))
                 diff = mean - full
-                cells = [Cell(format_mean(mean, std, n)), Cell("-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}")]
+                versus = "-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}"
+                if versus != "-" and (mark := _versus_full(judge, method, base, rate)):
+                    versus = f"{versus} {mark}"
+                cells = [Cell(format_mean(mean, std, n)), Cell(versus)]
                 rows.append((rate_label(rate) if i == 0 else "", f"{method}{setting.collapse_mark(method, rate)}", cells))
                 cells_shown.append((method, rate))
+    marks = (" Marks: the leaderboard's four answers to the difference (▲ better, ▼ worse, = equivalent, ○ undecided), "
+             "on the seeds both rows share." if judge is not None else "")
     note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over seeds; the difference is to the full "
-            "method at the same rate, in percentage points. The claims section gives the intervals."
+            "method at the same rate, in percentage points." + marks + " The claims section gives the intervals."
             + collapse_note(setting, cells_shown))
     return TableModel("Ablations", [column, "vs full"], rows, note)
 
