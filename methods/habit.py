@@ -37,7 +37,10 @@ position (``history``); the KL's two similarity arguments swapped relative to th
 which also pairs each similarity with the other epoch's soft labels (``kl_arguments =
 "release"`` reproduces it); the batch size 256 hard-coded in four places (any batch size
 works here); ``--eps_for_DBSCAN`` parsed but never used (``dbscan_eps`` is used); the
-mutual information as a per-sample CPU loop (vectorised here, same values).
+mutual information as a per-sample CPU loop (vectorised here, same values). RCL clamps
+``1 - p`` at 1e-6 where the release clamps ``p`` to ``[1e-7, 1 - 1e-7]`` (``rcl_clamp =
+"probability"``). ``--set habit.readings=release`` turns every release reading on; the
+parity harness (``benchmarks/parity/habit.py``) checks them against the release, term by term.
 """
 
 from __future__ import annotations
@@ -51,12 +54,15 @@ import torch.nn.functional as F
 from sklearn.cluster import DBSCAN
 
 from cirbench.backbones.base import max_token_similarity
+from cirbench.config import late_field
 from cirbench.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
 
 History = Literal["sample", "batch_position"]
 KLArguments = Literal["named", "release"]
+RCLClamp = Literal["one_minus", "probability"]
+RELEASE_PROBABILITY_EPS = 1e-7  # robust_infoNCE clamps p to [1e-7, 1 - 1e-7]
 TINY = 1e-12  # guards the transition rates against an anchor with zero mutual information
 NEVER = np.iinfo(np.int64).min  # the epoch of a sample never seen: no epoch is one after it
 
@@ -77,11 +83,18 @@ class HABITConfig(MethodConfig):
     is 1), ``soft_loss``, ``mask`` (the DBSCAN mask), ``kl``. Release readings:
     ``history`` (``sample``: keyed by sample index; ``batch_position``: the release's
     lookup) and ``kl_arguments`` (``named``: KL(previous || current) as the function's
-    argument names say; ``release``: the swapped call).
+    argument names say; ``release``: the swapped call) and ``rcl_clamp`` (``one_minus``:
+    cirbench's RCL, ``1 - p`` clamped at 1e-6; ``probability``: the release's, ``p`` clamped to
+    ``[1e-7, 1 - 1e-7]`` before ``log(1 - p)``, in ``L_rank`` and the anchor).
+    ``release_readings`` turns the three on, with ``dbscan_release_batch = 0`` (the
+    release's literal ``min_samples=10`` at any batch; both are 10 at the release's 256).
     """
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "soft_weight": LogUniform(0.03, 0.3), "kl_weight": LogUniform(3.0, 30.0),
+    }
+    release_readings: ClassVar[dict[str, object]] = {
+        "history": "batch_position", "kl_arguments": "release", "rcl_clamp": "probability", "dbscan_release_batch": 0,
     }
 
     temperature: float = 0.07
@@ -100,6 +113,7 @@ class HABITConfig(MethodConfig):
     kl: bool = True
     history: History = "sample"
     kl_arguments: KLArguments = "named"
+    rcl_clamp: RCLClamp = late_field("one_minus")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,7 +126,8 @@ class HABITConfig(MethodConfig):
         bad = [f"{name}={getattr(self, name)!r}" for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"habit: invalid value for {', '.join(bad)}")
-        for name, allowed in (("history", ("sample", "batch_position")), ("kl_arguments", ("named", "release"))):
+        for name, allowed in (("history", ("sample", "batch_position")), ("kl_arguments", ("named", "release")),
+                              ("rcl_clamp", ("one_minus", "probability"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"habit: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
 
@@ -173,6 +188,18 @@ def dbscan_outliers(values: np.ndarray, eps: float, min_samples: int) -> np.ndar
 
 
 # ----------------------------------------------------------------------------- losses
+
+
+def rcl_rows(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus") -> torch.Tensor:
+    """Each row's RCL term (B,), ``-sum_{j != i} log(1 - p_ij)``: ``one_minus`` is
+    :func:`cirbench.losses.per_sample_robust_contrastive` (``1 - p`` clamped at 1e-6);
+    ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as ``robust_infoNCE`` does
+    (a saturated off-diagonal entry then costs ``-log 1e-7``, not ``-log 1e-6``)."""
+    if clamp == "one_minus":
+        return per_sample_robust_contrastive(sim, temperature)
+    p = F.softmax(sim / temperature, dim=1).clamp(RELEASE_PROBABILITY_EPS, 1.0 - RELEASE_PROBABILITY_EPS)
+    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
+    return -(torch.log(1.0 - p) * off_diagonal).sum(1)
 
 
 def soft_margin_loss(sim: torch.Tensor, labels: torch.Tensor, margin: float) -> torch.Tensor:
@@ -270,8 +297,12 @@ class HABIT(Method):
         """The soft labels of the batch (all ones with ``mke`` off)."""
         if not self.config.mke:
             return torch.ones(sim.shape[0], device=sim.device)
-        anchor = int(per_sample_robust_contrastive(sim.detach(), self.config.temperature).argmin())
+        anchor = self.anchor(sim)
         return soft_labels(fused_tokens.detach(), targets.detach(), anchor, self.config.bins, self.config.mi_eps)
+
+    def anchor(self, sim: torch.Tensor) -> int:
+        """The batch row with the smallest detached RCL row loss (MKE's anchor)."""
+        return int(rcl_rows(sim.detach(), self.config.temperature, self.config.rcl_clamp).argmin())
 
     def past(self, batch: Batch, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """The previous epoch's soft labels (B,), similarity (B, B) and which rows have them
@@ -323,7 +354,7 @@ class HABIT(Method):
             keep = self.keep_mask(label, past[0], past[2])
         masked_label = label * keep.float()
         zero = sim.sum() * 0.0  # a term switched off: zero, attached to the graph
-        parts = {"rank": (per_sample_robust_contrastive(sim, c.temperature) * keep.float()).sum() / size}
+        parts = {"rank": (rcl_rows(sim, c.temperature, c.rcl_clamp) * keep.float()).sum() / size}
         parts["soft"] = soft_margin_loss(sim, masked_label, c.margin) if c.soft_loss else zero
         parts["kl"] = zero
         if past is not None and c.kl:

@@ -22,6 +22,7 @@ from cirbench_methods.habit import (
     dbscan_outliers,
     histogram_bins,
     mutual_information,
+    rcl_rows,
     soft_labels,
     soft_margin_loss,
 )
@@ -240,3 +241,56 @@ def test_config_checks() -> None:
         HABITConfig(history="position")
     with pytest.raises(ValueError, match="lr"):
         HABITConfig(lr=-1.0)
+
+
+# ----------------------------------------------------------------------------- the release's readings (issue 75)
+
+
+def saturated_sim() -> torch.Tensor:
+    """Row 0's off-diagonal column 1 dominates (p_01 > 1 - 1e-7 at 0.07); the others are mild."""
+    g = torch.Generator().manual_seed(4)
+    sim = torch.rand(6, 6, generator=g, dtype=torch.float64) * 0.2
+    sim[0] = -0.6
+    sim[0, 1] = 1.0
+    return sim
+
+
+def test_rcl_clamp_probability_is_the_releases_clamp_and_one_minus_is_cirbenchs() -> None:
+    sim = saturated_sim()
+    one_minus = rcl_rows(sim, 0.07)
+    assert torch.equal(one_minus, per_sample_robust_contrastive(sim, 0.07))  # off: cirbench's RCL, unchanged
+    released = rcl_rows(sim, 0.07, "probability")
+    p = torch.softmax(sim / 0.07, 1).clamp(1e-7, 1 - 1e-7)
+    expected = -(torch.log(1 - p) * ~torch.eye(6, dtype=torch.bool)).sum(1)
+    torch.testing.assert_close(released, expected)
+    # the saturated row costs -log 1e-7 against -log 1e-6; the mild rows are the same
+    assert float(released[0] - one_minus[0]) == pytest.approx(np.log(10), rel=1e-3)
+    torch.testing.assert_close(released[1:], one_minus[1:], rtol=0, atol=1e-9)
+
+
+def test_rcl_clamp_reaches_the_rank_loss_and_the_anchor(data, monkeypatch) -> None:
+    import cirbench_methods.habit as habit_module
+
+    batch = make_batch(TinyBackbone(seed=0), data, np.arange(B))
+    out = {}
+    for clamp in ("one_minus", "probability"):
+        seen: list[str] = []
+
+        def recording(sim, temperature, clamp_="one_minus", seen=seen):
+            seen.append(clamp_)
+            return rcl_rows(sim, temperature, clamp_)
+
+        monkeypatch.setattr(habit_module, "rcl_rows", recording)
+        out[clamp] = make_method(rcl_clamp=clamp).training_step(batch, 0, 0)
+        assert seen == [clamp, clamp]  # the anchor's rows, then L_rank's
+    # on an unsaturated batch the two clamps give the same loss
+    assert out["probability"].components["rank"] == pytest.approx(out["one_minus"].components["rank"], rel=1e-6)
+
+
+def test_release_readings_turn_on_every_release_switch() -> None:
+    config = build_config(HABITConfig, {"readings": "release"}, "habit")
+    assert (config.history, config.kl_arguments, config.rcl_clamp, config.dbscan_release_batch) == (
+        "batch_position", "release", "probability", 0)
+    assert build_config(HABITConfig, {"readings": "paper"}, "habit") == HABITConfig()
+    with pytest.raises(ValueError, match="rcl_clamp"):
+        HABITConfig(rcl_clamp="p")
