@@ -85,6 +85,7 @@ from sklearn.mixture import GaussianMixture
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
+from cirbench.config import late_field
 from cirbench.losses import per_sample_info_nce, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, frozen_parameters
 from cirbench.search import Distribution, LogUniform
@@ -101,6 +102,9 @@ class TMEConfig(MethodConfig):
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "lrd_weight": LogUniform(0.05, 0.8),
     }
+    release_readings: ClassVar[dict[str, object]] = {"rcl_clamp": "release", "lsa_target": "release"}
+    """Where the port's defaults are not the release's code (``docs/tme.md``, "Where we differ
+    from the release"; ``benchmarks/parity/tme.py`` checks every comparable term under them)."""
 
     temperature: float = 0.07
     min_temperature: float = 0.01
@@ -117,6 +121,13 @@ class TMEConfig(MethodConfig):
     warmup_qformer: float | None = None
     warmup_proj: float | None = None
     warmup_last: float | None = None
+    rcl_clamp: Literal["port", "release"] = late_field("port")
+    """RCL's guard: ``port`` clamps ``1 - p`` at 1e-6 (``cirbench.losses``); ``release``
+    clamps ``p`` to [1e-7, 1 - 1e-7] first, as its ``robust_infoNCE``."""
+    lsa_target: Literal["static", "release"] = late_field("static")
+    """``lsa``'s target: ``static``, each sample's mean word embedding over its real tokens,
+    taken once when the method is built; ``release``, the current word embeddings of the
+    batch's text, detached, averaged over every position of the padded text (pads included)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,6 +140,10 @@ class TMEConfig(MethodConfig):
             raise ValueError(f"tme: need 0 < min_temperature <= temperature, got {self.min_temperature}, {self.temperature}")
         if self.gmm_input not in ("loss", "similarity"):
             raise ValueError(f"tme: gmm_input must be 'loss' or 'similarity', got {self.gmm_input!r}")
+        if self.rcl_clamp not in ("port", "release"):
+            raise ValueError(f"tme: rcl_clamp must be 'port' or 'release', got {self.rcl_clamp!r}")
+        if self.lsa_target not in ("static", "release"):
+            raise ValueError(f"tme: lsa_target must be 'static' or 'release', got {self.lsa_target!r}")
 
 
 def min_max(values: np.ndarray) -> np.ndarray:
@@ -162,6 +177,51 @@ def gmm_clean_posterior(
     return gmm.predict_proba(x)[:, clean]
 
 
+def robust_rows(sim: torch.Tensor, temperature: torch.Tensor | float, clamp: str = "port") -> torch.Tensor:
+    """Each row's RCL term ``-sum_{j != i} log(1 - p_ij)`` (B,) of a square ``sim``, with
+    ``p = softmax(sim / temperature)``; ``clamp`` picks the guard (:attr:`TMEConfig.rcl_clamp`)."""
+    if clamp == "port":
+        return per_sample_robust_contrastive(sim, temperature)
+    if clamp != "release":
+        raise ValueError(f"tme: rcl_clamp must be 'port' or 'release', got {clamp!r}")
+    p = F.softmax(sim / temperature, dim=1).clamp(1e-7, 1.0 - 1e-7)
+    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
+    return -(torch.log(1.0 - p) * off_diagonal).sum(1)
+
+
+def rcl_term(sim: torch.Tensor, temperature: torch.Tensor | float, rows: torch.Tensor | None = None,
+             clamp: str = "port") -> torch.Tensor:
+    """TME's robust loss on a (B, B) similarity: the mean RCL row over all rows (``rows``
+    None, ``lrd``), or the sum over the rows marked in ``rows`` (B,) divided by their count
+    (0 when none: ``lrm``, ``lpm``)."""
+    per_row = robust_rows(sim, temperature, clamp)
+    return per_row.mean() if rows is None else per_row[rows].sum() / rows.sum().clamp_min(1)
+
+
+def word_target(words: torch.Tensor, mask: torch.Tensor, reading: str = "static") -> torch.Tensor:
+    """``lsa``'s target (B, H) from word embeddings (B, T, H) and the text mask (B, T): the
+    mean over the real tokens (``static``), or over every position, pads included
+    (``release``, whose captions are padded to 32 tokens)."""
+    if reading == "release":
+        return words.mean(1)
+    m = mask.unsqueeze(-1).to(words.dtype)
+    return (words * m).sum(1) / m.sum(1).clamp_min(1)
+
+
+def alignment_term(f_diff: torch.Tensor, target: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``lsa``: the squared difference of the token-mean of ``F_diff`` (B, Q, H) and
+    ``target`` (B, H), averaged over dimensions, summed over the rows marked in ``rows``
+    and divided by their count (the release's ``MSELoss`` on the clean rows)."""
+    per_row = (f_diff.mean(1) - target).pow(2).mean(-1)
+    return per_row[rows].sum() / rows.sum().clamp_min(1)
+
+
+def batch_statistics(sim: torch.Tensor, temperature: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partition's per-sample statistics of one batch's (B, B) similarity: each row's
+    in-batch loss ``-log_softmax(sim / temperature).diag()`` and its own-pair similarity."""
+    return per_sample_info_nce(sim, temperature), sim.diagonal()
+
+
 class TME(Method):
     """The robust baseline; see the module docstring."""
 
@@ -184,7 +244,8 @@ class TME(Method):
         release = {"warmup_qformer": 3 / 30, "warmup_proj": 2 / 30, "warmup_last": 1 / 30}  # of the run
         self.warmup = {k: share * epochs if getattr(config, k) is None else getattr(config, k) for k, share in release.items()}
         n = context.num_train
-        self.register_buffer("word_targets", self.static_word_targets(), persistent=False)
+        static = config.lsa_target == "static"
+        self.register_buffer("word_targets", self.static_word_targets() if static else None, persistent=False)
         self.clean_mask = np.ones(n, dtype=bool)
         self.noise_posterior = np.zeros(n, dtype=np.float64)
         self.partitioned = False
@@ -200,9 +261,8 @@ class TME(Method):
         the context's pass did not visit)."""
         targets = torch.full((self.context.num_train, self.backbone.hidden_size), float("nan"))
         for batch in self.context.iterate(False):
-            mask = batch.text.mask.unsqueeze(-1).float()
             words = self.backbone.word_embeddings(batch.text).float()
-            targets[batch.index.cpu()] = ((words * mask).sum(1) / mask.sum(1).clamp_min(1)).cpu()
+            targets[batch.index.cpu()] = word_target(words, batch.text.mask, "static").cpu()
         return targets.to(self.backbone.query_tokens.device)
 
     @property
@@ -253,10 +313,10 @@ class TME(Method):
         self.eval()
         try:
             for batch in self.context.iterate(True):
-                s = self.query_target_similarity(batch)
+                batch_loss, batch_sim = batch_statistics(self.query_target_similarity(batch), temperature)
                 index = batch.index.cpu().numpy()
-                loss[index] = per_sample_info_nce(s, temperature).double().cpu().numpy()
-                sim[index] = s.diagonal().double().cpu().numpy()
+                loss[index] = batch_loss.double().cpu().numpy()
+                sim[index] = batch_sim.double().cpu().numpy()
         finally:
             self.train(was_training)
         if np.isnan(loss).any():
@@ -295,11 +355,10 @@ class TME(Method):
         """The loss terms active in ``phase``; ``clean`` (B,) marks the rows treated as clean."""
         temperature = self.clamped_temperature()
         targets = self.backbone.target_features(batch.target)
-        n_clean = clean.sum().clamp_min(1)
+        c = self.config
 
         def rcl(query: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-            per_row = per_sample_robust_contrastive(max_token_similarity(query, targets), temperature)
-            return per_row.mean() if rows is None else per_row[rows].sum() / n_clean
+            return rcl_term(max_token_similarity(query, targets), temperature, rows, c.rcl_clamp)
 
         parts: dict[str, torch.Tensor] = {}
         if phase != "proj":
@@ -310,11 +369,16 @@ class TME(Method):
             parts["lrd"] = rcl(F.normalize(self.backbone.text_proj(fused), dim=-1), None)
             prompt_pass = self.backbone.compose(None, batch.text, queries=self.prompt_tokens)
             parts["lpm"] = rcl(F.normalize(self.backbone.text_proj(prompt_pass.text[:, 0]), dim=-1), clean)
-            word_mean = self.word_targets[batch.index].to(f_diff.dtype)
+            if c.lsa_target == "release":
+                with torch.no_grad():
+                    words = self.backbone.word_embeddings(batch.text)
+                word_mean = word_target(words, batch.text.mask, "release").to(f_diff.dtype)
+            else:
+                word_mean = self.word_targets[batch.index].to(f_diff.dtype)
             if torch.isnan(word_mean).any():
                 raise RuntimeError("tme: a batch holds samples whose lsa target was never computed (the context's "
                                    "iterate() did not visit them when the method was built)")
-            parts["lsa"] = (f_diff.mean(1) - word_mean).pow(2).mean(-1)[clean].sum() / n_clean
+            parts["lsa"] = alignment_term(f_diff, word_mean, clean)
         return parts
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:

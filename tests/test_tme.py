@@ -3,6 +3,7 @@ the losses, and a short harness run whose partition lands in the purity table.""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -239,6 +240,66 @@ def test_gmm_input_switch_selects_what_is_fitted(tme_module, data, gmm_input: st
     other = tme_module.gmm_clean_posterior(sim if by_loss else loss, clean_is_low=not by_loss, seed=0)
     assert not np.allclose(partition.noise_score, 1.0 - other, atol=1e-3)
     assert method.training, "the partition pass must restore training mode"
+
+
+# ----------------------------------------------------------------------------- the release's readings
+
+
+def test_release_readings_turn_on_both_switches(tme_module) -> None:
+    config = build_config(tme_module.TMEConfig, {"readings": "release"}, "tme")
+    assert (config.rcl_clamp, config.lsa_target) == ("release", "release")
+    default = tme_module.TMEConfig()
+    assert (default.rcl_clamp, default.lsa_target) == ("port", "static")
+    with pytest.raises(ValueError, match="rcl_clamp"):
+        tme_module.TMEConfig(rcl_clamp="both")
+    with pytest.raises(ValueError, match="lsa_target"):
+        tme_module.TMEConfig(lsa_target="padded")
+
+
+def test_rcl_clamp_differs_only_where_a_probability_saturates(tme_module) -> None:
+    g = torch.Generator().manual_seed(3)
+    sim = torch.nn.functional.normalize(torch.randn(6, 8, generator=g, dtype=torch.float64), dim=-1)
+    sim = sim @ sim.T
+    port = tme_module.robust_rows(sim, 0.07, "port")
+    assert torch.equal(port, per_sample_robust_contrastive(sim, 0.07))  # the default is cirbench's RCL
+    assert torch.allclose(tme_module.robust_rows(sim, 0.07, "release"), port, atol=1e-6)
+    # An off-diagonal pair far above the rest: p ~ 1, where the two guards part.
+    saturated = sim.clone()
+    saturated[0, 1] = 5.0
+    port, release = (tme_module.robust_rows(saturated, 0.07, c)[0] for c in ("port", "release"))
+    assert float(port) == pytest.approx(-math.log(1e-6), abs=0.5) and float(release) == pytest.approx(-math.log(1e-7), abs=0.5)
+    rows = torch.tensor([True, False, True, True, False, True])
+    assert float(tme_module.rcl_term(sim, 0.07, rows)) == pytest.approx(float(per_sample_robust_contrastive(sim, 0.07)[rows].mean()))
+    assert float(tme_module.rcl_term(sim, 0.07, torch.zeros(6, dtype=torch.bool))) == 0.0
+
+
+def test_word_target_release_averages_the_pads_too(tme_module) -> None:
+    words = torch.arange(2 * 4 * 3, dtype=torch.float64).reshape(2, 4, 3)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    assert torch.equal(tme_module.word_target(words, mask, "static")[0], words[0, :2].mean(0))
+    assert torch.equal(tme_module.word_target(words, mask, "release"), words.mean(1))
+    assert torch.equal(tme_module.word_target(words, mask, "static")[1], tme_module.word_target(words, mask, "release")[1])
+
+
+def test_lsa_target_release_reads_the_current_word_embeddings(tme_module, data) -> None:
+    """Under the release's reading the target is the batch's detached word embeddings of the
+    current weights, over every padded position; nothing is precomputed."""
+    method = make_method(tme_module, data, lsa_target="release", warmup_qformer=0, warmup_proj=0, warmup_last=0)
+    assert method.word_targets is None
+    batch = make_batch(method.backbone, data, np.arange(BATCH))
+    clean = torch.ones(BATCH, dtype=torch.bool)
+    lsa = method.losses(batch, "train", clean)["lsa"]
+    with torch.no_grad():
+        words = method.backbone.word_embeddings(batch.text)
+        f_diff = method.difference_features(batch)
+        expected = (f_diff.mean(1) - words.mean(1)).pow(2).mean()
+    assert float(lsa.detach()) == pytest.approx(float(expected), rel=1e-5)
+    static = make_method(tme_module, data, warmup_qformer=0, warmup_proj=0, warmup_last=0)
+    assert float(static.losses(batch, "train", clean)["lsa"]) != pytest.approx(float(lsa), rel=1e-3)
+    with torch.no_grad():
+        for p in method.backbone.trainable_parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    assert float(method.losses(batch, "train", clean)["lsa"]) != pytest.approx(float(lsa), rel=1e-3)
 
 
 # ----------------------------------------------------------------------------- a short harness run
