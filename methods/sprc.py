@@ -14,11 +14,16 @@ Difference from the release: the composed feature is the classification-token ou
 one composer pass (queries + text + reference); SPRC runs a second text-only pass with the
 fused query outputs as its prompt. The single pass is what TME and ConeSep use, and it
 keeps every method on the same encoder, so the comparison isolates the training objective.
+The release's readings are switches (``docs/sprc.md``, "Where we differ from the release";
+``--set sprc.readings=release`` turns them all on): ``composition=two_pass`` (its second
+pass, in training and retrieval), ``temperature_parameter=linear`` (it learns the
+temperature itself, not its logarithm), ``temperature_min=0`` (no clamp) and
+``prompt_init=normal`` (prompt tokens drawn from N(0, 0.02^2), not copied from the query tokens).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import math
 from dataclasses import dataclass
@@ -27,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cirbench.backbones.base import max_token_similarity
+from cirbench.backbones.base import ComposerOutput, TextBatch, max_token_similarity
+from cirbench.config import late_field
 from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
@@ -42,9 +48,33 @@ class SPRCConfig(MethodConfig):
         **MethodConfig.search_space, "rtc_weight": LogUniform(0.1, 1.0), "align_weight": LogUniform(0.1, 1.0),
     }
 
+    release_readings: ClassVar[dict[str, object]] = {
+        "composition": "two_pass", "temperature_parameter": "linear", "temperature_min": 0.0, "prompt_init": "normal",
+    }
+    """``chunmeifeng/SPRC``'s ``blip2_qformer_cir_align_prompt.py`` (docs/sprc.md); its CIRR loss
+    weights are the defaults already (its FashionIQ script weighs every term 1)."""
+
     temperature: float = 0.07
     rtc_weight: float = 0.4
     align_weight: float = 0.4
+    composition: Literal["one_pass", "two_pass"] = late_field("one_pass")
+    """``itc``'s composed feature (and retrieval's): the classification token of the joint pass
+    (``one_pass``), or, as released, of a second text-only pass whose queries are the joint
+    pass's query outputs (``two_pass``)."""
+    temperature_parameter: Literal["log", "linear"] = late_field("log")
+    """What the optimiser learns: the temperature's logarithm, or (as released) the temperature."""
+    temperature_min: float = late_field(0.01)
+    """The temperature's lower clamp; 0: none (as released)."""
+    prompt_init: Literal["query_tokens", "normal"] = late_field("query_tokens")
+    """The prompt tokens' start: a copy of the backbone's query tokens, or (as released) a
+    draw from N(0, 0.02^2), BERT's ``initializer_range``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"sprc: temperature must be > 0 and finite, got {self.temperature}")
+        if not (math.isfinite(self.temperature_min) and self.temperature_min >= 0):
+            raise ValueError(f"sprc: temperature_min must be >= 0 and finite (0: no clamp), got {self.temperature_min}")
 
 
 class SPRC(Method):
@@ -59,19 +89,44 @@ class SPRC(Method):
 
     def __init__(self, backbone, config: SPRCConfig, context) -> None:
         super().__init__(backbone, config, context)
-        self.prompt_tokens = nn.Parameter(backbone.query_tokens.detach().clone())
-        self.log_temperature = nn.Parameter(torch.tensor(math.log(config.temperature)))
+        start = backbone.query_tokens.detach().clone()
+        if config.prompt_init == "normal":
+            start = start.normal_(0.0, 0.02)
+        self.prompt_tokens = nn.Parameter(start)
+        if config.temperature_parameter == "log":
+            self.log_temperature = nn.Parameter(torch.tensor(math.log(config.temperature)))
+        else:
+            self.raw_temperature = nn.Parameter(torch.tensor(float(config.temperature)))
 
     @property
     def temperature(self) -> torch.Tensor:
-        """The learnable temperature, clamped at 0.01 from below."""
-        return self.log_temperature.exp().clamp_min(0.01)
+        """The learnable temperature, clamped at ``temperature_min`` from below (0.01; 0: no clamp)."""
+        if self.config.temperature_parameter == "log":
+            value = self.log_temperature.exp()
+        else:
+            value = self.raw_temperature
+        return value.clamp_min(self.config.temperature_min) if self.config.temperature_min > 0 else value
+
+    def composed(self, reference: torch.Tensor, text: TextBatch, fused: ComposerOutput | None = None) -> torch.Tensor:
+        """The composed query feature (B, E) of ``composition``, from the joint pass ``fused``
+        (computed when None)."""
+        if fused is None:
+            fused = self.backbone.compose(reference, text)
+        if self.config.composition == "two_pass":
+            return self.backbone.composed_feature(None, text, queries=fused.query)
+        return F.normalize(self.backbone.text_proj(fused.text[:, 0]), dim=-1)
+
+    def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
+        """The composed query feature of ``composition`` (``one_pass``: the backbone's own)."""
+        if self.config.composition == "one_pass":
+            return super().encode_queries(reference, text)
+        return self.composed(reference, text)
 
     def per_sample_losses(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The three SPRC loss terms of every sample of a batch (B,), each row contrasted
         against every target of the batch."""
         fused = self.backbone.compose(batch.reference, batch.text)
-        composed = F.normalize(self.backbone.text_proj(fused.text[:, 0]), dim=-1)
+        composed = self.composed(batch.reference, batch.text, fused)
         targets = self.backbone.target_features(batch.target)
         prompt_query = self.backbone.composed_feature(None, batch.text, queries=self.prompt_tokens)
         return {
