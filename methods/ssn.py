@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import TextBatch, max_token_similarity
+from cirbench.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
 
@@ -51,6 +52,10 @@ class SSNConfig(MethodConfig):
     from an argument its scripts never define (docs/ssn.md), so it is 1 here."""
 
     search_space: ClassVar[dict[str, Distribution]] = {**MethodConfig.search_space, "kl_weight": LogUniform(0.1, 10.0)}
+    release_readings: ClassVar[dict[str, object]] = {"fusion_padding_mask": False, "fusion_feedforward": 2048}
+    """``starxing-yuu/SSN``'s ``src/models/ssn.py`` (docs/ssn.md): no padding mask in the fusion
+    layer, and PyTorch's default feed-forward width (2048) at every hidden size. Its
+    ``kl_weight`` is undefined there; the port's 1 stands for it."""
 
     logit_scale: float = 100.0
     kl_weight: float = 1.0
@@ -59,6 +64,9 @@ class SSNConfig(MethodConfig):
     fusion_feedforward: int | None = None  # None: 4 x the hidden size, the release's 2048 at its width 512
     fusion_dropout: float = 0.1
     symmetric: bool = True
+    fusion_padding_mask: bool = late_field(True)
+    """Mask the text's padding in the fusion layer (the release does not: padded positions
+    enter its positive and negative fusions)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -120,10 +128,13 @@ class SSN(Method):
 
     def fused_residual(self, image: torch.Tensor, words: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The combiner's residual (B, E) of one fusion of ``image`` (B, Q, H) and ``words``
-        (B, T, H) tokens (``mask`` marks the real text positions)."""
+        (B, T, H) tokens (``mask`` marks the real text positions; the fusion sees the padded
+        ones too under ``fusion_padding_mask=false``, as released)."""
         q = image.shape[1]
         tokens = torch.cat([image + self.token_type.weight[0], words + self.token_type.weight[1]], dim=1)
-        padding = torch.cat([mask.new_zeros(mask.shape[0], q, dtype=torch.bool), ~mask.bool()], 1)
+        padding = None
+        if self.config.fusion_padding_mask:
+            padding = torch.cat([mask.new_zeros(mask.shape[0], q, dtype=torch.bool), ~mask.bool()], 1)
         fused = self.fusion(tokens, src_key_padding_mask=padding)
         joint = torch.cat([masked_mean(fused[:, q:], mask), fused[:, 0]], dim=-1)
         return self.output(F.relu(self.combiner(joint)))
