@@ -1,10 +1,12 @@
 """Tests for the traditional methods ``ssn`` and ``cala`` (issue 67): how each maps onto the
 composer (SSN's decomposition and residual, CaLa's two training-only modules), the readings
-docs/ssn.md and docs/cala.md state, and their config checks. The harness runs them in
-tests/test_conformance.py (tiny) and tests/test_backbones_real.py (blip2, clip)."""
+docs/ssn.md and docs/cala.md state, and their config checks; and the switches to the
+release's readings of ``ssn`` and of the ordinary baseline ``sprc`` (issue 75). The harness
+runs them in tests/test_conformance.py (tiny) and tests/test_backbones_real.py (blip2, clip)."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -14,8 +16,8 @@ import torch.nn.functional as F
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import ConfigError, build_config
-from cirbench.losses import info_nce
+from cirbench.config import ConfigError, build_config, identity_dict
+from cirbench.losses import info_nce, per_sample_info_nce
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 
@@ -137,3 +139,109 @@ def test_ssn_refuses_heads_that_do_not_divide_the_width() -> None:
     _, backbone = batch_and_backbone()
     with pytest.raises(ValueError, match=r"fusion_heads \(7\) must divide the backbone's hidden size \(128\)"):
         build("ssn", backbone, fusion_heads=7)
+
+
+# ----------------------------------------------------------------------------- the release's readings (issue 75)
+
+
+def test_ssn_fusion_padding_mask_switch_moves_the_queries_only_where_text_is_padded() -> None:
+    batch, backbone = batch_and_backbone()
+    assert not batch.text.mask.all()  # the batch's texts have different lengths
+    torch.manual_seed(0)
+    masked = build("ssn", backbone).eval()
+    unmasked = build("ssn", backbone, fusion_padding_mask="false").eval()
+    unmasked.load_state_dict(masked.state_dict())
+    assert not torch.allclose(unmasked.encode_queries(batch.reference, batch.text),
+                              masked.encode_queries(batch.reference, batch.text))
+    full = torch.ones_like(batch.text.mask)
+    text = type(batch.text)(batch.text.ids, full)
+    torch.testing.assert_close(unmasked.encode_queries(batch.reference, text), masked.encode_queries(batch.reference, text))
+    torch.testing.assert_close(unmasked.encode_targets(batch.target), masked.encode_targets(batch.target))
+
+
+def test_ssn_release_readings_unmask_the_fusion_and_widen_its_feed_forward() -> None:
+    _, cls = plugin("ssn")
+    _, backbone = batch_and_backbone()
+    release = build_config(cls.Config, {"readings": "release"}, "ssn")
+    assert (release.fusion_padding_mask, release.fusion_feedforward) == (False, 2048)
+    assert build("ssn", backbone, readings="release").fusion.linear1.out_features == 2048
+    assert build("ssn", backbone).fusion.linear1.out_features == 4 * backbone.hidden_size
+    assert "fusion_padding_mask" not in identity_dict(cls.Config())  # a late field: the default's run ids stay
+
+
+def sprc_at(backbone: TinyBackbone, **overrides: object):
+    torch.manual_seed(0)
+    return build("sprc", backbone, **overrides).eval()
+
+
+def test_sprc_defaults_are_the_one_pass_log_temperature_clamped_at_0_01() -> None:
+    batch, backbone = batch_and_backbone()
+    sprc = sprc_at(backbone)
+    composed = backbone.composed_feature(batch.reference, batch.text)
+    targets = backbone.target_features(batch.target)
+    torch.testing.assert_close(sprc.encode_queries(batch.reference, batch.text), composed)
+    torch.testing.assert_close(sprc.per_sample_losses(batch)["itc"],
+                               per_sample_info_nce(max_token_similarity(composed, targets), 0.07))
+    torch.testing.assert_close(sprc.prompt_tokens.detach(), backbone.query_tokens.detach())
+    assert [name for name, _ in sprc.named_parameters() if "temperature" in name] == ["log_temperature"]
+    with torch.no_grad():
+        sprc.log_temperature.fill_(math.log(0.001))
+    assert float(sprc.temperature.detach()) == pytest.approx(0.01)
+    _, cls = plugin("sprc")
+    assert not {"composition", "temperature_parameter", "temperature_min", "prompt_init"} & set(identity_dict(cls.Config()))
+
+
+def test_sprc_two_pass_changes_itc_and_retrieval_only() -> None:
+    batch, backbone = batch_and_backbone()
+    one, two = sprc_at(backbone), sprc_at(backbone, composition="two_pass")
+    fused = backbone.compose(batch.reference, batch.text)
+    composed = backbone.composed_feature(None, batch.text, queries=fused.query)
+    torch.testing.assert_close(two.encode_queries(batch.reference, batch.text), composed)
+    a, b = one.per_sample_losses(batch), two.per_sample_losses(batch)
+    torch.testing.assert_close(b["itc"], per_sample_info_nce(max_token_similarity(composed, backbone.target_features(batch.target)), 0.07))
+    assert not torch.allclose(a["itc"], b["itc"])
+    torch.testing.assert_close(a["rtc"], b["rtc"])
+    torch.testing.assert_close(a["align"], b["align"])
+
+
+def test_sprc_linear_temperature_is_the_same_value_with_the_releases_gradient() -> None:
+    batch, backbone = batch_and_backbone()
+    log, linear = sprc_at(backbone), sprc_at(backbone, temperature_parameter="linear")
+    assert float(linear.raw_temperature.detach()) == pytest.approx(0.07) and not hasattr(linear, "log_temperature")
+    log_loss, linear_loss = log.sprc_step(batch).loss, linear.sprc_step(batch).loss
+    torch.testing.assert_close(linear_loss, log_loss)
+    log_loss.backward()
+    linear_loss.backward()
+    # d loss / d log t = t * d loss / d t
+    torch.testing.assert_close(log.log_temperature.grad, 0.07 * linear.raw_temperature.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_sprc_temperature_min_0_removes_the_clamp_and_nothing_above_it() -> None:
+    batch, backbone = batch_and_backbone()
+    clamped, free = sprc_at(backbone), sprc_at(backbone, temperature_min=0)
+    torch.testing.assert_close(free.sprc_step(batch).loss, clamped.sprc_step(batch).loss)
+    with torch.no_grad():
+        clamped.log_temperature.fill_(math.log(0.005))
+        free.log_temperature.fill_(math.log(0.005))
+    assert float(free.temperature.detach()) == pytest.approx(0.005) and float(clamped.temperature.detach()) == pytest.approx(0.01)
+    assert not torch.isclose(free.sprc_step(batch).loss, clamped.sprc_step(batch).loss)
+    with pytest.raises(ValueError, match="temperature_min must be >= 0"):
+        build_config(plugin("sprc")[1].Config, {"temperature_min": "-1"}, "sprc")
+
+
+def test_sprc_normal_prompt_init_draws_small_prompts_and_changes_rtc_and_align() -> None:
+    batch, backbone = batch_and_backbone()
+    copied, drawn = sprc_at(backbone), sprc_at(backbone, prompt_init="normal")
+    assert drawn.prompt_tokens.shape == backbone.query_tokens.shape
+    assert 0.015 < float(drawn.prompt_tokens.detach().std()) < 0.025 and abs(float(drawn.prompt_tokens.detach().mean())) < 0.005
+    a, b = copied.per_sample_losses(batch), drawn.per_sample_losses(batch)
+    torch.testing.assert_close(a["itc"], b["itc"])
+    assert not torch.allclose(a["rtc"], b["rtc"]) and not torch.allclose(a["align"], b["align"])
+
+
+def test_sprc_release_readings_turn_on_every_switch() -> None:
+    _, cls = plugin("sprc")
+    release = build_config(cls.Config, {"readings": "release"}, "sprc")
+    assert (release.composition, release.temperature_parameter, release.temperature_min, release.prompt_init) == \
+        ("two_pass", "linear", 0.0, "normal")
+    assert (release.rtc_weight, release.align_weight) == (0.4, 0.4)  # the release's CIRR weights, the defaults
