@@ -32,12 +32,16 @@ below the channel mean to 0 and every value above about one standard deviation o
 1 (``mix_clamp = true`` reproduces it; here the mix stays in the tower's input space,
 unclamped); the "info-discrimination" outputs (``get_infodiscri``) are computed every
 step and never used (not computed here); ``L_odl`` re-normalises the target tokens over
-the token axis, a shape slip (``odl_token_norm = true`` reproduces it).
+the token axis, a shape slip (``odl_token_norm = true`` reproduces it). RCL clamps ``1 - p``
+at 1e-6 where the release clamps ``p`` to ``[1e-7, 1 - 1e-7]`` (``rcl_clamp =
+"probability"``); the warm-up is the release's share of the run where the release fixes 2
+epochs (``warmup_epochs = 2``). ``--set intent.readings=release`` turns every release reading
+on; the parity harness (``benchmarks/parity/intent.py``) checks them against the release.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import math
 from dataclasses import dataclass
@@ -47,12 +51,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
+from cirbench.config import late_field
 from cirbench.losses import robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
 
 RELEASE_WARMUP_SHARE = 2 / 20
 """The release's warm-up: 2 of its 20 epochs (``--warm_up 2``)."""
+RELEASE_WARMUP_EPOCHS = 2
+"""``--warm_up``'s default: the release's warm-up in epochs, whatever the run's length."""
+RCLClamp = Literal["one_minus", "probability"]
+RELEASE_PROBABILITY_EPS = 1e-7  # robust_infoNCE clamps p to [1e-7, 1 - 1e-7]
 
 
 @dataclass
@@ -67,11 +76,17 @@ class INTENTConfig(MethodConfig):
     (Visual Invariant Composition: off, no intervened pass) and ``odl`` (Bi-Objective
     Discriminative Learning). Release readings: ``mix_clamp`` (clamp the mixed image, in
     the tower's normalised input space, to [0, 1]) and ``odl_token_norm`` (L2-normalise the
-    target tokens over the token axis before ``L_odl``).
+    target tokens over the token axis before ``L_odl``) and ``rcl_clamp`` (``one_minus``:
+    cirbench's RCL, ``1 - p`` clamped at 1e-6; ``probability``: the release's, ``p`` clamped
+    to ``[1e-7, 1 - 1e-7]``). ``release_readings`` turns the three on, with ``warmup_epochs
+    = 2`` (the release's ``--warm_up``, in epochs, whatever the run's length).
     """
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "odl_weight": LogUniform(0.2, 1.0), "caco_weight": LogUniform(0.3, 3.0),
+    }
+    release_readings: ClassVar[dict[str, object]] = {
+        "mix_clamp": True, "odl_token_norm": True, "rcl_clamp": "probability", "warmup_epochs": RELEASE_WARMUP_EPOCHS,
     }
 
     temperature: float = 0.07
@@ -86,6 +101,7 @@ class INTENTConfig(MethodConfig):
     odl: bool = True
     mix_clamp: bool = False
     odl_token_norm: bool = False
+    rcl_clamp: RCLClamp = late_field("one_minus")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,6 +112,8 @@ class INTENTConfig(MethodConfig):
             "mix_alpha": 0 <= self.mix_alpha <= 1, "mix_ratio": 0 < self.mix_ratio <= 1,
         }
         bad = [f"{name}={getattr(self, name)!r}" for name, ok in checks.items() if not ok]
+        if self.rcl_clamp not in ("one_minus", "probability"):
+            bad.append(f"rcl_clamp={self.rcl_clamp!r} (one of one_minus, probability)")
         if bad:
             raise ValueError(f"intent: invalid value for {', '.join(bad)}")
 
@@ -119,7 +137,8 @@ def amplitude_mix(reference: torch.Tensor, target: torch.Tensor, lam: torch.Tens
     amplitude ``(1 - lam_b) |F(reference)| + lam_b |F(target)|`` inside the window (the
     reference's own outside it), back through the inverse FFT (real part); ``clamp``
     clips the result to [0, 1] as the release does."""
-    ref_fft, tgt_fft = torch.fft.fft2(reference.float()), torch.fft.fft2(target.float())
+    dtype = torch.promote_types(reference.dtype, torch.float32)  # float32, or float64 kept
+    ref_fft, tgt_fft = torch.fft.fft2(reference.to(dtype)), torch.fft.fft2(target.to(dtype))
     amplitude = ref_fft.abs()
     weight = lam.to(amplitude).view(-1, 1, 1, 1)
     mixed = (1.0 - weight) * amplitude + weight * tgt_fft.abs()
@@ -144,6 +163,17 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-8) -> torch.Ten
 # ----------------------------------------------------------------------------- the discrimination
 
 
+def rcl_loss(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus") -> torch.Tensor:
+    """``L_stu``, RCL: ``one_minus`` is :func:`cirbench.losses.robust_contrastive` (``1 - p``
+    clamped at 1e-6); ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as the
+    release's ``robust_infoNCE`` does (a saturated off-diagonal entry costs ``-log 1e-7``)."""
+    if clamp == "one_minus":
+        return robust_contrastive(sim, temperature)
+    p = F.softmax(sim / temperature, dim=1).clamp(RELEASE_PROBABILITY_EPS, 1.0 - RELEASE_PROBABILITY_EPS)
+    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
+    return -(torch.log(1.0 - p) * off_diagonal).sum() / sim.shape[0]
+
+
 def credibility(sim: torch.Tensor, temperature: float) -> torch.Tensor:
     """``r`` (B, B) from the similarity matrix: ``P = softmax(sim / temperature)``,
     ``r_ii = (P_ii + 1 - max_{j != i} P_ij) / 2``, ``r_ij = (P_ij + 1 - P_ii) / 2``."""
@@ -161,6 +191,12 @@ def odl_loss(r: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- the method
+
+
+def warmup_length(warmup_epochs: int | None, epochs: int) -> int:
+    """The epochs with ``L_caco``: ``warmup_epochs``, or where None the release's share of the
+    run (2 of 20 epochs), rounded up."""
+    return math.ceil(RELEASE_WARMUP_SHARE * epochs - 1e-9) if warmup_epochs is None else warmup_epochs
 
 
 class INTENT(Method):
@@ -182,8 +218,7 @@ class INTENT(Method):
         super().__init__(backbone, config, context)
         self.text_proj_cau = nn.Linear(backbone.hidden_size, backbone.embed_dim)
         self.loss_T = nn.Parameter(torch.tensor(float(config.loss_scale)))
-        self.warmup = (math.ceil(RELEASE_WARMUP_SHARE * context.epochs - 1e-9) if config.warmup_epochs is None
-                       else config.warmup_epochs)
+        self.warmup = warmup_length(config.warmup_epochs, context.epochs)
         self.generator = torch.Generator()
         self.generator.manual_seed(int(context.seed) + 7919)
 
@@ -195,9 +230,13 @@ class INTENT(Method):
             raise RuntimeError("intent: the training context gives no pixels (TrainingContext.pixels / encode_pixels); "
                                "the intervention needs the batch's images, or run with --set intent.caco=false")
         reference, target = pixels(batch.index, "reference"), pixels(batch.index, "target")
-        lam = torch.rand(len(batch), generator=self.generator) * self.config.mix_alpha
+        lam = self.draw_lambdas(len(batch))
         mixed = amplitude_mix(reference, target, lam, self.config.mix_ratio, self.config.mix_clamp)
         return encode(mixed), lam
+
+    def draw_lambdas(self, size: int) -> torch.Tensor:
+        """``lambda ~ U(0, mix_alpha)`` (size,), one per sample, from the method's generator."""
+        return torch.rand(size, generator=self.generator) * self.config.mix_alpha
 
     def odl_similarity(self, composed: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``L_odl``'s similarity: the retrieval similarity, or with ``odl_token_norm`` the
@@ -222,7 +261,7 @@ class INTENT(Method):
         targets = self.backbone.target_features(batch.target)
         sim = max_token_similarity(composed, targets)
         r = credibility(self.odl_similarity(composed, targets), c.temperature)
-        parts = {"stu": robust_contrastive(sim, c.temperature)}
+        parts = {"stu": rcl_loss(sim, c.temperature, c.rcl_clamp)}
         loss = parts["stu"]
         if c.odl:
             parts["odl"] = odl_loss(r, self.loss_T, c.prob_eps)

@@ -19,8 +19,11 @@ from cirbench_methods.intent import (
     credibility,
     linear_cka,
     odl_loss,
+    rcl_loss,
     spectrum_window,
+    warmup_length,
 )
+from cirbench.losses import robust_contrastive
 
 N, B = 16, 8
 WORDS = "add remove red blue green circle square triangle large small left right".split()
@@ -183,7 +186,7 @@ def test_no_pixels_in_the_context_is_a_clear_error(world) -> None:
 
 @pytest.mark.parametrize("variant", ["full", *INTENT.ablations, "release"])
 def test_each_ablation_row_trains_a_step(world, variant: str) -> None:
-    overrides = {"mix_clamp": True, "odl_token_norm": True} if variant == "release" else INTENT.ablations.get(variant, {})
+    overrides = {"readings": "release"} if variant == "release" else INTENT.ablations.get(variant, {})
     method = make_method(world, epochs=2, **overrides)
     optimizer = torch.optim.AdamW([p for p in method.parameters() if p.requires_grad], lr=1e-3)
     seen: set[str] = set()
@@ -205,3 +208,68 @@ def test_config_checks() -> None:
         INTENTConfig(loss_scale=-1.0)
     with pytest.raises(ValueError, match="weight_decay"):
         INTENTConfig(weight_decay=-1.0)
+
+
+# ----------------------------------------------------------------------------- the release's readings (issue 75)
+
+
+def saturated_sim() -> torch.Tensor:
+    """Row 0's off-diagonal column 1 dominates (p_01 > 1 - 1e-7 at 0.07); the others are mild."""
+    g = torch.Generator().manual_seed(4)
+    sim = torch.rand(6, 6, generator=g, dtype=torch.float64) * 0.2
+    sim[0] = -0.6
+    sim[0, 1] = 1.0
+    return sim
+
+
+def test_rcl_clamp_probability_is_the_releases_clamp_and_one_minus_is_cirbenchs() -> None:
+    sim = saturated_sim()
+    assert torch.equal(rcl_loss(sim, 0.07), robust_contrastive(sim, 0.07))  # off: cirbench's RCL, unchanged
+    p = torch.softmax(sim / 0.07, 1).clamp(1e-7, 1 - 1e-7)
+    expected = -(torch.log(1 - p) * ~torch.eye(6, dtype=torch.bool)).sum() / 6
+    released = rcl_loss(sim, 0.07, "probability")
+    torch.testing.assert_close(released, expected)
+    assert float(released - rcl_loss(sim, 0.07)) == pytest.approx(np.log(10) / 6, rel=1e-3)  # the one saturated row
+    mild = sim[1:, 1:]
+    torch.testing.assert_close(rcl_loss(mild, 0.07, "probability"), rcl_loss(mild, 0.07), rtol=0, atol=1e-9)
+
+
+def test_rcl_clamp_reaches_l_stu(world, monkeypatch) -> None:
+    import cirbench_methods.intent as intent_module
+
+    for clamp in ("one_minus", "probability"):
+        seen: list[str] = []
+
+        def recording(sim, temperature, clamp_="one_minus", seen=seen):
+            seen.append(clamp_)
+            return rcl_loss(sim, temperature, clamp_)
+
+        monkeypatch.setattr(intent_module, "rcl_loss", recording)
+        method = make_method(world, caco=False, rcl_clamp=clamp)
+        method.training_step(make_batch(method, world, np.arange(B)), 0, 0)
+        assert seen == [clamp]
+
+
+def test_draw_lambdas_is_the_methods_generator_and_the_mix_keeps_float64(world) -> None:
+    method = make_method(world, mix_alpha=0.5)
+    state = method.generator.get_state()
+    lam = method.draw_lambdas(B)
+    method.generator.set_state(state)
+    torch.testing.assert_close(lam, torch.rand(B, generator=method.generator) * 0.5)
+    g = torch.Generator().manual_seed(5)
+    reference, target = torch.randn(2, 3, 8, 8, generator=g, dtype=torch.float64), torch.randn(2, 3, 8, 8, generator=g, dtype=torch.float64)
+    lam = torch.tensor([0.2, 0.7], dtype=torch.float64)
+    assert amplitude_mix(reference, target, lam).dtype == torch.float64
+    assert amplitude_mix(reference.float(), target.float(), lam).dtype == torch.float32
+    assert amplitude_mix(reference.bfloat16(), target.bfloat16(), lam).dtype == torch.float32
+
+
+def test_release_readings_turn_on_every_release_switch(world) -> None:
+    config = build_config(INTENTConfig, {"readings": "release"}, "intent")
+    assert (config.mix_clamp, config.odl_token_norm, config.rcl_clamp, config.warmup_epochs) == (True, True, "probability", 2)
+    assert build_config(INTENTConfig, {"readings": "paper"}, "intent") == INTENTConfig()
+    assert [warmup_length(2, epochs) for epochs in (2, 10, 20)] == [2, 2, 2]  # the release's 2 epochs, literally
+    assert [warmup_length(None, epochs) for epochs in (2, 10, 20)] == [1, 1, 2]  # the default: its share of the run
+    assert make_method(world, epochs=2, readings="release").warmup == 2
+    with pytest.raises(ValueError, match="rcl_clamp"):
+        INTENTConfig(rcl_clamp="p")
