@@ -17,7 +17,7 @@ keeps every method on the same encoder, so the comparison isolates the training 
 The release's readings are switches (``docs/sprc.md``, "Where we differ from the release";
 ``--set sprc.readings=release`` turns them all on): ``composition=two_pass`` (its second
 pass, in training and retrieval), ``temperature_parameter=linear`` (it learns the
-temperature itself, not its logarithm), ``temperature_min=0`` (no clamp) and
+temperature itself, not its logarithm), ``min_temperature=0`` (no clamp) and
 ``prompt_init=normal`` (prompt tokens drawn from N(0, 0.02^2), not copied from the query tokens).
 """
 
@@ -49,7 +49,7 @@ class SPRCConfig(MethodConfig):
     }
 
     release_readings: ClassVar[dict[str, object]] = {
-        "composition": "two_pass", "temperature_parameter": "linear", "temperature_min": 0.0, "prompt_init": "normal",
+        "composition": "two_pass", "temperature_parameter": "linear", "min_temperature": 0.0, "prompt_init": "normal",
     }
     """``chunmeifeng/SPRC``'s ``blip2_qformer_cir_align_prompt.py`` (docs/sprc.md); its CIRR loss
     weights are the defaults already (its FashionIQ script weighs every term 1)."""
@@ -63,7 +63,7 @@ class SPRCConfig(MethodConfig):
     pass's query outputs (``two_pass``)."""
     temperature_parameter: Literal["log", "linear"] = late_field("log")
     """What the optimiser learns: the temperature's logarithm, or (as released) the temperature."""
-    temperature_min: float = late_field(0.01)
+    min_temperature: float = late_field(0.01)
     """The temperature's lower clamp; 0: none (as released)."""
     prompt_init: Literal["query_tokens", "normal"] = late_field("query_tokens")
     """The prompt tokens' start: a copy of the backbone's query tokens, or (as released) a
@@ -73,8 +73,8 @@ class SPRCConfig(MethodConfig):
         super().__post_init__()
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"sprc: temperature must be > 0 and finite, got {self.temperature}")
-        if not (math.isfinite(self.temperature_min) and self.temperature_min >= 0):
-            raise ValueError(f"sprc: temperature_min must be >= 0 and finite (0: no clamp), got {self.temperature_min}")
+        if not (math.isfinite(self.min_temperature) and self.min_temperature >= 0):
+            raise ValueError(f"sprc: min_temperature must be >= 0 and finite (0: no clamp), got {self.min_temperature}")
 
 
 class SPRC(Method):
@@ -100,12 +100,12 @@ class SPRC(Method):
 
     @property
     def temperature(self) -> torch.Tensor:
-        """The learnable temperature, clamped at ``temperature_min`` from below (0.01; 0: no clamp)."""
+        """The learnable temperature, clamped at ``min_temperature`` from below (0.01; 0: no clamp)."""
         if self.config.temperature_parameter == "log":
             value = self.log_temperature.exp()
         else:
             value = self.raw_temperature
-        return value.clamp_min(self.config.temperature_min) if self.config.temperature_min > 0 else value
+        return value.clamp_min(self.config.min_temperature) if self.config.min_temperature > 0 else value
 
     def composed(self, reference: torch.Tensor, text: TextBatch, fused: ComposerOutput | None = None) -> torch.Tensor:
         """The composed query feature (B, E) of ``composition``, from the joint pass ``fused``

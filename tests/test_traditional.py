@@ -188,7 +188,7 @@ def test_sprc_defaults_are_the_one_pass_log_temperature_clamped_at_0_01() -> Non
         sprc.log_temperature.fill_(math.log(0.001))
     assert float(sprc.temperature.detach()) == pytest.approx(0.01)
     _, cls = plugin("sprc")
-    assert not {"composition", "temperature_parameter", "temperature_min", "prompt_init"} & set(identity_dict(cls.Config()))
+    assert not {"composition", "temperature_parameter", "min_temperature", "prompt_init"} & set(identity_dict(cls.Config()))
 
 
 def test_sprc_two_pass_changes_itc_and_retrieval_only() -> None:
@@ -216,17 +216,17 @@ def test_sprc_linear_temperature_is_the_same_value_with_the_releases_gradient() 
     torch.testing.assert_close(log.log_temperature.grad, 0.07 * linear.raw_temperature.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_sprc_temperature_min_0_removes_the_clamp_and_nothing_above_it() -> None:
+def test_sprc_min_temperature_0_removes_the_clamp_and_nothing_above_it() -> None:
     batch, backbone = batch_and_backbone()
-    clamped, free = sprc_at(backbone), sprc_at(backbone, temperature_min=0)
+    clamped, free = sprc_at(backbone), sprc_at(backbone, min_temperature=0)
     torch.testing.assert_close(free.sprc_step(batch).loss, clamped.sprc_step(batch).loss)
     with torch.no_grad():
         clamped.log_temperature.fill_(math.log(0.005))
         free.log_temperature.fill_(math.log(0.005))
     assert float(free.temperature.detach()) == pytest.approx(0.005) and float(clamped.temperature.detach()) == pytest.approx(0.01)
     assert not torch.isclose(free.sprc_step(batch).loss, clamped.sprc_step(batch).loss)
-    with pytest.raises(ValueError, match="temperature_min must be >= 0"):
-        build_config(plugin("sprc")[1].Config, {"temperature_min": "-1"}, "sprc")
+    with pytest.raises(ValueError, match="min_temperature must be >= 0"):
+        build_config(plugin("sprc")[1].Config, {"min_temperature": "-1"}, "sprc")
 
 
 def test_sprc_normal_prompt_init_draws_small_prompts_and_changes_rtc_and_align() -> None:
@@ -242,6 +242,6 @@ def test_sprc_normal_prompt_init_draws_small_prompts_and_changes_rtc_and_align()
 def test_sprc_release_readings_turn_on_every_switch() -> None:
     _, cls = plugin("sprc")
     release = build_config(cls.Config, {"readings": "release"}, "sprc")
-    assert (release.composition, release.temperature_parameter, release.temperature_min, release.prompt_init) == \
+    assert (release.composition, release.temperature_parameter, release.min_temperature, release.prompt_init) == \
         ("two_pass", "linear", 0.0, "normal")
     assert (release.rtc_weight, release.align_weight) == (0.4, 0.4)  # the release's CIRR weights, the defaults

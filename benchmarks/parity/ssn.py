@@ -84,8 +84,9 @@ NOT_COMPARABLE = {
                             "query tokens, and the maximum over them in its loss and retrieval, have no counterpart",
     "CLIP encoders and image_token_proj_layer": "CLIP weights (fine-tuned in the release); the port's tokens are "
                                                 "the composer's, already at its width",
-    "optimiser and schedule": "train_cirr.py / train_fiq.py: Adam at lr * lr_ratio for CLIP and lr for SSN's "
-                              "modules, StepLR, fp16 autocast: the training loop, not a term",
+    "optimiser and schedule": "train_cirr.py / train_fiq.py: Adam (CIRR) or AdamW (FashionIQ) with CLIP at "
+                              "lr * lr_ratio and SSN's modules at 2 to 5 times that, StepLR, fp16 autocast: the "
+                              "training loop, not a term",
 }
 
 
