@@ -32,9 +32,18 @@ Where the paper is ambiguous or disagrees with the released code (all documented
 (``fidelity_variant``); how NBL's gradient flows and how the negative prompt starts
 (``nbl_gradient``, ``negative_init``); Eq. 7 is used as printed (interval ``[-alpha2, -alpha1]``); the
 logits of Eq. 12 are the similarities as printed (``ul_temperature`` divides them by
-``tau``); the OT plan is row-normalised before mixing with ``L`` (as in the release) so
+``tau``; the release feeds ``[softmax(s / tau) | s(F_neg, F_t)^T]`` instead, ``ul_loss``);
+the OT plan is row-normalised before mixing with ``L`` (as in the release) so
 ``Y`` is a distribution, and, unlike the release, ``Y`` is not passed through another
 softmax (``label_softmax``).
+
+Every place where the release computes something else is a switch (late fields, defaults
+the paper's), and ``ConeSepConfig.release_readings`` turns them all on
+(``--set conesep.readings=release``): under it the port equals the release on every term
+``benchmarks/parity/conesep.py`` compares (``docs/conesep.md``, "Where we differ from the
+release"). The features-to-loss computations are module functions (:func:`target_term`,
+:func:`query_term`, :func:`unlearning_terms`, :func:`boundary_similarity`, ...) that both
+:meth:`ConeSep.loss_terms` and the parity adapter call.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
+from cirbench.config import late_field
 from cirbench.losses import info_nce, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext, frozen_parameters
 from cirbench.search import Distribution, Uniform
@@ -59,9 +69,20 @@ TargetMatrix = Literal["paper", "ones", "minus_ones", "zeros"]
 BoundarySampling = Literal["gaussian", "uniform", "laplace", "empirical"]
 NBLGradient = Literal["prompt", "all"]
 NegativeInit = Literal["random", "copy"]
+InterLoss = Literal["eq6", "release"]
+OTCost = Literal["eq9", "release"]
+NegativeColumn = Literal["own", "last"]
+ULLoss = Literal["eq12", "release"]
+NBLRows = Literal["clean", "all"]
+QueryCosine = Literal["vector", "release"]
+QueryInterval = Literal["batch", "release"]
+BoundaryEstimate = Literal["eq2", "release"]
 
 RELEASE_WARMUP_SHARE = 2 / 12
 """The release's NBL warm-up: 2 of its 12 epochs."""
+
+RELEASE_QUERY_INTERVAL = (0.002, 0.007)
+"""The release's fixed (alpha1, alpha2) of Eq. 7: the loss is zero on [-0.007, -0.002]."""
 
 # Negated phrasings for the negative branch's text when it has no prompt of its own
 # (``negative_prompt = False``) or when ``negation_template`` asks for them, as the release does.
@@ -113,12 +134,41 @@ class ConeSepConfig(MethodConfig):
     and ``F_c`` in Eq. 7 are constants) or ``all`` (the release: through the shared
     composer, the targets and ``F_c`` too); ``negative_init = random`` (an independent
     draw with the query tokens' standard deviation; the paper gives none) or ``copy`` (the
-    release: a copy of the query tokens); ``ul_temperature`` (off: Eq. 12's logits are the
-    similarities as printed, which is also what the release feeds its ``log_softmax``; on:
-    divided by ``tau``, conesep v1-v2's reading, a 14 times stronger unlearning);
-    ``label_softmax`` (on: the release's extra softmax of ``Y``, which flattens it towards
-    uniform; off: ``Y`` as Eq. 11 gives it).
+    release: a copy of the query tokens); ``ul_temperature`` (off: Eq. 12's logits as they
+    are, the similarities as printed; on: divided by ``tau``, conesep v1-v2's reading, a 14
+    times stronger unlearning; the release divides nothing, but its logits are not the
+    similarities: ``ul_loss``); ``label_softmax`` (on: the release's extra softmax of ``Y``,
+    which flattens it towards uniform; off: ``Y`` as Eq. 11 gives it).
+
+    The release's readings where it computes something else than the paper prints (late
+    fields; ``docs/conesep.md``, "Where we differ from the release"; parity:
+    ``benchmarks/parity/conesep.py``): ``inter_loss = release`` (Eq. 6 on the probabilities
+    ``softmax(s(F_neg, F_t) / tau)``, each row summed, not averaged); ``ot_cost = release``
+    (Eq. 9 as ``C+ = 1 - softmax(s / tau)``, ``C- = 1 - s(F_neg^j, F_t^i)``, the matrix
+    divided by its maximum); ``negative_column = last`` (every noisy row's label, and the
+    one path each clean row may not take, at column 2B - 1 instead of i + B);
+    ``ul_loss = release`` (Eq. 12 on ``[softmax(s / tau) | s(F_neg, F_t)^T]``, averaged
+    with a second KL over the transposed 2B x B matrix and its own plan). And:
+    ``nbl_rows = all`` (Eq. 6-7 over every row, not the kept-clean ones);
+    ``query_interval = release`` (Eq. 7's interval fixed at [-0.007, -0.002] and the
+    hinge divided by ``tau``); ``query_cosine = release`` (the release's broadcasting
+    defect: Eq. 7 on the per-dimension products ``F_c^i[e] F_neg^j[e]`` of every pair, not
+    the cosine of row i's vectors); ``boundary_estimate = release`` (Eq. 2 from a batch of
+    random images, texts drawn with replacement, averaged over all pairs, not ``K``
+    paired samples). ``release_readings`` turns all of them on, with the release's other
+    choices above (``--set conesep.readings=release``).
     """
+
+    release_readings: ClassVar[dict[str, object]] = {
+        # the four differences of issue 75
+        "inter_loss": "release", "ot_cost": "release", "negative_column": "last", "ul_loss": "release",
+        # the release's other readings and defects
+        "nbl_rows": "all", "query_interval": "release", "query_cosine": "release", "boundary_estimate": "release",
+        "label_softmax": True, "nbl_gradient": "all", "negative_init": "copy", "negation_template": True,
+        "zeta": 0.8, "sinkhorn_tol": 0.0,
+        # already the release's by default
+        "fidelity_variant": "release", "ul_temperature": False, "warmup_epochs": None, "nu": 0.5, "kappa": 0.5,
+    }
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "omega": Uniform(0.25, 0.75),
@@ -157,6 +207,14 @@ class ConeSepConfig(MethodConfig):
     negative_init: NegativeInit = "random"
     ul_temperature: bool = False
     label_softmax: bool = False
+    inter_loss: InterLoss = late_field("eq6")
+    ot_cost: OTCost = late_field("eq9")
+    negative_column: NegativeColumn = late_field("own")
+    ul_loss: ULLoss = late_field("eq12")
+    nbl_rows: NBLRows = late_field("clean")
+    query_cosine: QueryCosine = late_field("vector")
+    query_interval: QueryInterval = late_field("batch")
+    boundary_estimate: BoundaryEstimate = late_field("eq2")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -174,6 +232,9 @@ class ConeSepConfig(MethodConfig):
             "fidelity_variant": ("eq3", "release"), "target_matrix": ("paper", "ones", "minus_ones", "zeros"),
             "boundary_sampling": ("gaussian", "uniform", "laplace", "empirical"), "ranking_loss": ("rcl", "infonce"),
             "nbl_gradient": ("prompt", "all"), "negative_init": ("random", "copy"),
+            "inter_loss": ("eq6", "release"), "ot_cost": ("eq9", "release"), "negative_column": ("own", "last"),
+            "ul_loss": ("eq12", "release"), "nbl_rows": ("clean", "all"), "query_cosine": ("vector", "release"),
+            "query_interval": ("batch", "release"), "boundary_estimate": ("eq2", "release"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -214,6 +275,20 @@ def fidelity_release(sim_diag: torch.Tensor, boundary: float, apply_function: bo
     return x.pow(2) * (1.0 - x.pow(2)) if apply_function else x
 
 
+def boundary_similarity(composed: torch.Tensor, targets: torch.Tensor, estimate: BoundaryEstimate = "eq2") -> torch.Tensor:
+    """The boundary ``B`` from the composed features (N, E) and target tokens (N, Q, E) of
+    the random samples: the mean of the N paired similarities (``eq2``, Eq. 2 as printed), or
+    of all N x N pairs (``release``)."""
+    sim = max_token_similarity(composed, targets)
+    return sim.diagonal().mean() if estimate == "eq2" else sim.mean()
+
+
+def sample_fidelity(sim_diag: torch.Tensor, boundary: float, config: "ConeSepConfig") -> torch.Tensor:
+    """Eq. 3 (or the release's variant, ``fidelity_variant``) for each sample of the batch."""
+    fn = fidelity_eq3 if config.fidelity_variant == "eq3" else fidelity_release
+    return fn(sim_diag, boundary, config.fidelity)
+
+
 def partition(fidelity: torch.Tensor, omega: float, variant: FidelityVariant) -> torch.Tensor:
     """Kept-clean flags (B,): ``fidelity >= omega`` (``eq3``), or all but the
     ``int(omega * B)`` lowest-fidelity samples (``release``)."""
@@ -237,74 +312,194 @@ def target_matrix(kind: TargetMatrix, size: int, device: torch.device) -> torch.
     return torch.full((size, size), value, device=device)
 
 
-def target_oriented_loss(neg_sim: torch.Tensor, clean: torch.Tensor, T: torch.Tensor, tau: float) -> torch.Tensor:
+def target_oriented_loss(neg_sim: torch.Tensor, clean: torch.Tensor, T: torch.Tensor, tau: float,
+                         variant: InterLoss = "eq6") -> torch.Tensor:
     """Eq. 6: ``sum_{i clean} sum_j log(1 + exp(T_ij s(F_neg^i, F_t^j) / tau)) / (|clean| B)``,
-    with ``neg_sim`` indexed [query i, target j]. Zero when nothing is kept clean."""
-    per_row = F.softplus(T * neg_sim / tau).mean(dim=1)
+    with ``neg_sim`` indexed [query i, target j]. Zero when nothing is kept clean.
+    ``release``: the release's reading, ``softplus(T_ij p_ij)`` with ``p = softmax(neg_sim /
+    tau)`` row-wise, summed over j (divided by the row count, not by B times it)."""
+    if variant == "eq6":
+        per_row = F.softplus(T * neg_sim / tau).mean(dim=1)
+    else:
+        per_row = F.softplus(T * torch.softmax(neg_sim / tau, dim=1)).sum(dim=1)
     weights = clean.to(per_row.dtype)
     return (per_row * weights).sum() / weights.sum().clamp_min(1.0)
 
 
-def query_oriented_loss(composed: torch.Tensor, negative: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+def query_oriented_loss(composed: torch.Tensor, negative: torch.Tensor, clean: torch.Tensor,
+                        cosine: QueryCosine = "vector", interval: QueryInterval = "batch", tau: float = 0.07) -> torch.Tensor:
     """Eq. 7 as printed: ``mean_{i clean} relu(s_n + alpha1) + relu(-alpha2 - s_n)`` with
     ``s_n = cos(F_c^i, F_neg^i)``; ``alpha1`` (``alpha2``) is the mean of the negative
     (positive) cosines between every composed and every negative feature of the batch
-    (0 if there are none), taken as constants. The loss is zero inside [-alpha2, -alpha1]."""
-    s_n = (composed * negative).sum(dim=-1)
-    with torch.no_grad():
-        all_pairs = composed @ negative.T
-        neg, pos = all_pairs < 0, all_pairs > 0
-        alpha1 = (all_pairs * neg).sum() / neg.sum().clamp_min(1)
-        alpha2 = (all_pairs * pos).sum() / pos.sum().clamp_min(1)
-    per_row = F.relu(s_n + alpha1) + F.relu(-alpha2 - s_n)
+    (0 if there are none), taken as constants. The loss is zero inside [-alpha2, -alpha1].
+
+    ``interval = release``: alpha1, alpha2 fixed at 0.002, 0.007 and the hinge divided by
+    ``tau`` (the release). ``cosine = release``: the release's broadcasting defect, ``s_n``
+    replaced by the per-dimension products ``F_c^i[e] F_neg^j[e]`` of every pair (j, e),
+    row i's loss their mean."""
+    if cosine == "vector":
+        s_n = (composed * negative).sum(dim=-1)
+    else:
+        s_n = composed.unsqueeze(1) * negative.unsqueeze(0)  # (B, B, E)
+    if interval == "batch":
+        with torch.no_grad():
+            all_pairs = composed @ negative.T
+            neg, pos = all_pairs < 0, all_pairs > 0
+            alpha1 = (all_pairs * neg).sum() / neg.sum().clamp_min(1)
+            alpha2 = (all_pairs * pos).sum() / pos.sum().clamp_min(1)
+        per = F.relu(s_n + alpha1) + F.relu(-alpha2 - s_n)
+    else:
+        alpha1, alpha2 = RELEASE_QUERY_INTERVAL
+        per = (F.relu(s_n + alpha1) + F.relu(-alpha2 - s_n)) / tau
+    per_row = per.reshape(per.shape[0], -1).mean(dim=1)
     weights = clean.to(per_row.dtype)
     return (per_row * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def nbl_rows(clean: torch.Tensor, config: "ConeSepConfig") -> torch.Tensor:
+    """The rows Eq. 6-7 average over: the kept-clean ones (``clean``, as printed) or all."""
+    return clean if config.nbl_rows == "clean" else torch.ones_like(clean)
+
+
+def query_term(composed: torch.Tensor, negative: torch.Tensor, clean: torch.Tensor, config: "ConeSepConfig") -> torch.Tensor:
+    """L_intra (Eq. 7) under ``config``'s readings."""
+    return query_oriented_loss(composed, negative, nbl_rows(clean, config), config.query_cosine,
+                               config.query_interval, config.tau)
+
+
+def target_term(neg_sim: torch.Tensor, clean: torch.Tensor, config: "ConeSepConfig") -> torch.Tensor:
+    """L_inter (Eq. 6) under ``config``'s readings (``target_matrix``, ``inter_loss``, ``nbl_rows``)."""
+    T = target_matrix(config.target_matrix, neg_sim.shape[0], neg_sim.device)
+    return target_oriented_loss(neg_sim, nbl_rows(clean, config), T, config.tau, config.inter_loss)
 
 
 # ----------------------------------------------------------------------------- BTU
 
 
-def unlearning_mask(clean: torch.Tensor) -> torch.Tensor:
+def unlearning_mask(clean: torch.Tensor, column: NegativeColumn = "own") -> torch.Tensor:
     """The blocked paths M of Eq. 9-10, (B, 2B) bool: a noisy row cannot reach its own
-    target (column i), a clean row cannot reach its own negative boundary (column i + B)."""
+    target (column i), a clean row cannot reach its own negative boundary (column i + B;
+    ``last``: the release's column 2B - 1, for every clean row)."""
     size = clean.shape[0]
     eye = torch.eye(size, dtype=torch.bool, device=clean.device)
-    return torch.cat([eye & ~clean.unsqueeze(1), eye & clean.unsqueeze(1)], dim=1)
+    if column == "own":
+        return torch.cat([eye & ~clean.unsqueeze(1), eye & clean.unsqueeze(1)], dim=1)
+    blocked = torch.cat([eye & ~clean.unsqueeze(1), torch.zeros_like(eye)], dim=1)
+    blocked[:, -1] = clean
+    return blocked
 
 
-def hard_label(clean: torch.Tensor) -> torch.Tensor:
+def hard_label(clean: torch.Tensor, column: NegativeColumn = "own") -> torch.Tensor:
     """The hard label L (B, 2B): a one at column i for a clean row, at column i + B for a
-    noisy row (the noisy sample is sent to its negative boundary)."""
+    noisy row (the noisy sample is sent to its negative boundary; ``last``: the release's
+    column 2B - 1, for every noisy row)."""
     size = clean.shape[0]
     eye = torch.eye(size, device=clean.device)
     keep = clean.to(eye.dtype).unsqueeze(1)
-    return torch.cat([eye * keep, eye * (1.0 - keep)], dim=1)
+    if column == "own":
+        return torch.cat([eye * keep, eye * (1.0 - keep)], dim=1)
+    label = torch.cat([eye * keep, torch.zeros_like(eye)], dim=1)
+    label[:, -1] += 1.0 - keep.squeeze(1)
+    return label
 
 
-def unlearning_cost(sim: torch.Tensor, composed: torch.Tensor, negative: torch.Tensor, use_negative: bool) -> torch.Tensor:
+def unlearning_cost(sim: torch.Tensor, composed: torch.Tensor, negative: torch.Tensor, use_negative: bool,
+                    variant: OTCost = "eq9", neg_sim: torch.Tensor | None = None, tau: float = 0.07) -> torch.Tensor:
     """Eq. 9: ``[C+ | C-]`` with ``C+ = 1 - s(F_c^i, F_t^j)`` and ``C- = 1 - cos(F_c^i,
-    F_neg^j)``; with ``use_negative`` False, C- is the constant 1 (an orthogonal anchor)."""
-    negative_cost = 1.0 - composed @ negative.T if use_negative else torch.ones_like(sim)
-    return torch.cat([1.0 - sim, negative_cost], dim=1)
+    F_neg^j)``; with ``use_negative`` False, C- is the constant 1 (an orthogonal anchor).
+    ``release``: ``C+ = 1 - softmax(sim / tau)`` row-wise, ``C-_ij = 1 - neg_sim[j, i] =
+    1 - s(F_neg^j, F_t^i)`` (``neg_sim`` indexed [query, target], so transposed), and the
+    whole matrix divided by its maximum."""
+    if variant == "eq9":
+        negative_cost = 1.0 - composed @ negative.T if use_negative else torch.ones_like(sim)
+        return torch.cat([1.0 - sim, negative_cost], dim=1)
+    negative_cost = 1.0 - neg_sim.T if use_negative else torch.ones_like(sim)
+    cost = torch.cat([1.0 - torch.softmax(sim / tau, dim=1), negative_cost], dim=1)
+    return cost / cost.max()
+
+
+def transport_plan(cost: torch.Tensor, blocked: torch.Tensor, epsilon: float, iterations: int,
+                   tol: float = 0.0) -> torch.Tensor:
+    """Eq. 10: the entropic OT plan of ``cost`` with uniform marginals and the ``blocked``
+    paths cut (:func:`cirbench.ot.sinkhorn_log`). A row or column blocked everywhere (the
+    release's last column when no row is noisy) carries nothing and is left out of the
+    problem."""
+    dead_rows, dead_cols = blocked.all(dim=1), blocked.all(dim=0)
+    if not (dead_rows.any() or dead_cols.any()):
+        return sinkhorn_log(cost, epsilon, iterations, blocked=blocked, tol=tol)
+    rows, cols = (~dead_rows).nonzero().squeeze(1), (~dead_cols).nonzero().squeeze(1)
+    plan = torch.zeros(cost.shape, dtype=torch.float32 if cost.dtype in (torch.float16, torch.bfloat16) else cost.dtype,
+                       device=cost.device)
+    inner = sinkhorn_log(cost[rows][:, cols], epsilon, iterations, blocked=blocked[rows][:, cols], tol=tol)
+    plan[rows.unsqueeze(1), cols.unsqueeze(0)] = inner.to(plan.dtype)
+    return plan
+
+
+def mixed_label(plan: torch.Tensor, label: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Eq. 11: ``gamma P + (1 - gamma) L`` with the plan's rows rescaled to sum to 1."""
+    plan = plan / plan.sum(dim=1, keepdim=True).clamp_min(1e-30)
+    return gamma * plan + (1.0 - gamma) * label
 
 
 def soft_label(cost: torch.Tensor, clean: torch.Tensor, gamma: float, epsilon: float, iterations: int,
-               use_ot: bool = True, tol: float = 0.0) -> torch.Tensor:
+               use_ot: bool = True, tol: float = 0.0, column: NegativeColumn = "own") -> torch.Tensor:
     """Eq. 11: ``Y = gamma P + (1 - gamma) L`` with ``P`` the masked entropic OT plan
     (uniform marginals), row-normalised so each row of ``Y`` sums to 1; ``Y = L`` if not
     ``use_ot``; ``tol`` is the solver's early stop."""
-    label = hard_label(clean)
+    label = hard_label(clean, column)
     if not use_ot:
         return label
-    plan = sinkhorn_log(cost, epsilon, iterations, blocked=unlearning_mask(clean), tol=tol)
-    plan = plan / plan.sum(dim=1, keepdim=True).clamp_min(1e-30)
-    return gamma * plan + (1.0 - gamma) * label
+    plan = transport_plan(cost, unlearning_mask(clean, column), epsilon, iterations, tol)
+    return mixed_label(plan, label, gamma)
 
 
 def unlearning_loss(logits: torch.Tensor, label: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Eq. 12: ``KL(Y || softmax([s(F_c, F_t), s(F_neg, F_t)] / temperature))``, mean over
     rows (temperature 1: the similarities as printed)."""
     return F.kl_div(F.log_softmax(logits / temperature, dim=1), label, reduction="batchmean")
+
+
+def unlearning_terms(sim: torch.Tensor, neg_sim: torch.Tensor, composed: torch.Tensor, negative: torch.Tensor,
+                     clean: torch.Tensor, config: "ConeSepConfig") -> dict[str, torch.Tensor]:
+    """BTU under ``config``'s readings: the cost (Eq. 9), blocked paths, plan (Eq. 10),
+    label (Eq. 11) and KL (Eq. 12) of the B x 2B problem (``ot_cost``, ``ot_blocked``,
+    ``ot_plan``, ``label``, ``ul_forward``) and ``ul``, the loss. With ``ul_loss = release``
+    also the transposed 2B x B problem (``..._t``, ``ul_transposed``; its cost, paths and
+    hard label transposed, its own plan) and ``ul`` the mean of the two KLs. ``sim`` and
+    ``neg_sim`` are indexed [query, target]; everything but the KLs is computed without
+    gradient. ``ot_plan`` is absent when ``ot`` is off (Y = L)."""
+    cfg = config
+    with torch.no_grad():
+        cost = unlearning_cost(sim, composed, negative, cfg.ot_negative, cfg.ot_cost, neg_sim, cfg.tau)
+        blocked = unlearning_mask(clean, cfg.negative_column)
+        hard = hard_label(clean, cfg.negative_column)
+        problems = {"": (cost, blocked, hard)}
+        if cfg.ul_loss == "release":
+            problems["_t"] = (cost.T, blocked.T, hard.T)
+        terms: dict[str, torch.Tensor] = {}
+        for suffix, (c, m, h) in problems.items():
+            terms["ot_cost" + suffix], terms["ot_blocked" + suffix] = c, m
+            if cfg.ot:
+                plan = transport_plan(c, m, cfg.epsilon, cfg.sinkhorn_iterations, cfg.sinkhorn_tol)
+                terms["ot_plan" + suffix], label = plan, mixed_label(plan, h, cfg.gamma)
+            else:
+                label = h
+            terms["label" + suffix] = torch.softmax(label, dim=1) if cfg.label_softmax else label
+    if cfg.ul_loss == "eq12":
+        logits = torch.cat([sim, neg_sim], dim=1)
+    else:
+        logits = torch.cat([torch.softmax(sim / cfg.tau, dim=1), neg_sim.T], dim=1)
+    temperature = cfg.tau if cfg.ul_temperature else 1.0
+    terms["ul_forward"] = terms["ul"] = unlearning_loss(logits, terms["label"], temperature)
+    if cfg.ul_loss == "release":
+        terms["ul_transposed"] = unlearning_loss(logits.T, terms["label_t"], temperature)
+        terms["ul"] = (terms["ul_forward"] + terms["ul_transposed"]) / 2
+    return terms
+
+
+def ranking_term(sim: torch.Tensor, config: "ConeSepConfig") -> torch.Tensor:
+    """L_robust (Eq. 4), or InfoNCE in its place (``ranking_loss``)."""
+    return robust_contrastive(sim, config.tau) if config.ranking_loss == "rcl" else info_nce(sim, config.tau)
 
 
 # ----------------------------------------------------------------------------- the method
@@ -383,31 +578,40 @@ class ConeSep(Method):
     def estimate_boundary(self, batch: Batch) -> float:
         """Eq. 2: the mean similarity of ``K`` compositions of random references and batch
         texts to random targets (or real batch values where an ablation switches one off;
-        ``empirical`` = independently shuffled real references, texts and targets)."""
+        ``empirical`` = independently shuffled real references, texts and targets).
+        ``boundary_estimate = release``: as many samples as the batch has, texts drawn with
+        replacement, and the mean over all pairs (:func:`boundary_similarity`)."""
         cfg, size, device = self.config, len(batch), batch.reference.device
-        idx = self._indices(size, cfg.K, device)
+        release = cfg.boundary_estimate == "release"
+        count = size if release else cfg.K
+
+        def text_indices() -> torch.Tensor:
+            if release:  # the release's random.choice for each sample
+                return torch.randint(size, (count,), generator=self.generator, device=self.generator.device).to(device)
+            return self._indices(size, count, device)
+
+        idx = self._indices(size, count, device)
         if cfg.boundary_sampling == "empirical":
-            reference = batch.reference[self._indices(size, cfg.K, device)]
-            target = batch.target[self._indices(size, cfg.K, device)]
-            text = batch.text.select(self._indices(size, cfg.K, device))
+            reference = batch.reference[self._indices(size, count, device)]
+            target = batch.target[self._indices(size, count, device)]
+            text = batch.text.select(text_indices())
         else:
             shape, gen_device = tuple(self.backbone.image_shape), self.generator.device
 
             def random_tokens() -> torch.Tensor:
-                images = sample_images(cfg.boundary_sampling, cfg.K, shape, self.generator, gen_device)
+                images = sample_images(cfg.boundary_sampling, count, shape, self.generator, gen_device)
                 return self.backbone.encode_image_tokens(images.to(device))
 
             reference = random_tokens() if cfg.random_reference else batch.reference[idx]
             target = random_tokens() if cfg.random_target else batch.target[idx]
-            text = batch.text.select(self._indices(size, cfg.K, device) if cfg.random_text else idx)
+            text = batch.text.select(text_indices() if cfg.random_text else idx)
         composed = self.backbone.composed_feature(reference, text)
         targets = self.backbone.target_features(target)
-        return float(max_token_similarity(composed, targets).diagonal().mean())
+        return float(boundary_similarity(composed, targets, cfg.boundary_estimate))
 
     def fidelity_scores(self, sim_diag: torch.Tensor, boundary: float) -> torch.Tensor:
         """Eq. 3 (or the release's variant) for each sample of the batch."""
-        fn = fidelity_eq3 if self.config.fidelity_variant == "eq3" else fidelity_release
-        return fn(sim_diag, boundary, self.config.fidelity)
+        return sample_fidelity(sim_diag, boundary, self.config)
 
     # --- the step
 
@@ -428,19 +632,13 @@ class ConeSep(Method):
 
         none = sim.sum() * 0.0  # a disabled term: zero, but attached to the graph
         parts = {
-            "robust": (robust_contrastive(sim, cfg.tau) if cfg.ranking_loss == "rcl" else info_nce(sim, cfg.tau)) if cfg.rcl else none,
-            "intra": query_oriented_loss(nbl_composed, negative, clean) if cfg.query_loss else none,
+            "robust": ranking_term(sim, cfg) if cfg.rcl else none,
+            "intra": query_term(nbl_composed, negative, clean, cfg) if cfg.query_loss else none,
         }
         if epoch < self.warmup:
-            T = target_matrix(cfg.target_matrix, len(batch), sim.device)
-            parts["inter"] = target_oriented_loss(nbl_sim, clean, T, cfg.tau) if cfg.target_loss else none
+            parts["inter"] = target_term(nbl_sim, clean, cfg) if cfg.target_loss else none
         elif cfg.unlearning:
-            with torch.no_grad():
-                cost = unlearning_cost(sim, composed, negative, cfg.ot_negative)
-                label = soft_label(cost, clean, cfg.gamma, cfg.epsilon, cfg.sinkhorn_iterations, cfg.ot, cfg.sinkhorn_tol)
-            if cfg.label_softmax:
-                label = torch.softmax(label, dim=1)
-            parts["ul"] = unlearning_loss(torch.cat([sim, neg_sim], dim=1), label, cfg.tau if cfg.ul_temperature else 1.0)
+            parts["ul"] = unlearning_terms(sim, neg_sim, composed, negative, clean, cfg)["ul"]
         else:
             parts["ul"] = none
         diagnostics = {

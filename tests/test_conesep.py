@@ -308,14 +308,14 @@ def test_ot_switches(backbone_state, monkeypatch) -> None:
     import cirbench_methods.conesep as module
 
     calls = []
-    real_soft_label = module.soft_label
-    monkeypatch.setattr(module, "soft_label", lambda cost, clean, *a: calls.append((cost, a)) or real_soft_label(cost, clean, *a))
+    real_plan = module.transport_plan
+    monkeypatch.setattr(module, "transport_plan", lambda cost, *a: calls.append(cost) or real_plan(cost, *a))
     make_method(backbone_state, ot_negative=False).training_step(make_batch(TinyBackbone(seed=0)), 3, 0)
-    assert (calls[-1][0][:, B:] == 1).all()
+    assert len(calls) == 1 and (calls[-1][:, B:] == 1).all()
     make_method(backbone_state).training_step(make_batch(TinyBackbone(seed=0)), 3, 0)
-    assert not (calls[-1][0][:, B:] == 1).all() and calls[-1][1][-2] is True
+    assert len(calls) == 2 and not (calls[-1][:, B:] == 1).all()
     make_method(backbone_state, ot=False).training_step(make_batch(TinyBackbone(seed=0)), 3, 0)
-    assert calls[-1][1][-2] is False
+    assert len(calls) == 2  # Y = L: no plan
 
 
 def test_negative_prompt_switch(backbone_state) -> None:
@@ -440,9 +440,9 @@ def test_short_grid_run_records_purity_per_noise_type(tmp_path, monkeypatch, cac
 
 
 def test_unlearning_logits_follow_eq12_as_printed(backbone_state, monkeypatch) -> None:
-    """Eq. 12's logits are the similarities themselves (as printed, and as the release feeds
-    them to log_softmax); ``ul_temperature`` divides them by tau; ``label_softmax`` is the
-    release's extra softmax of Y."""
+    """Eq. 12's logits are the similarities themselves (as printed; the release feeds
+    ``[softmax(s / tau) | s_neg^T]`` instead, ``ul_loss = release``); ``ul_temperature``
+    divides them by tau; ``label_softmax`` is the release's extra softmax of Y."""
     import cirbench_methods.conesep as module
 
     seen = []
@@ -454,3 +454,160 @@ def test_unlearning_logits_follow_eq12_as_printed(backbone_state, monkeypatch) -
     make_method(backbone_state, label_softmax=True).training_step(batch, 3, 0)
     assert [t for _, t in seen] == [1.0, 0.07, 1.0]
     torch.testing.assert_close(seen[2][0], torch.softmax(seen[0][0], dim=1))
+
+
+# ----------------------------------------------------------------------------- the release's readings (issue 75)
+
+
+RELEASE_SWITCHES = {  # each switch of the release's readings: the terms it alone changes (defaults otherwise)
+    "inter_loss": ("release", {"inter"}),
+    "ot_cost": ("release", {"ot_cost", "ot_plan", "label", "ul"}),
+    "negative_column": ("last", {"ot_blocked", "ot_plan", "label", "ul"}),
+    "ul_loss": ("release", {"ul", "ul_transposed"}),
+    "nbl_rows": ("all", {"inter", "intra"}),
+    "query_interval": ("release", {"intra"}),
+    "query_cosine": ("release", {"intra"}),
+    "boundary_estimate": ("release", {"boundary", "fidelity"}),
+}
+
+
+def _features(seed: int = 0, size: int = 8, tokens: int = 4, dim: int = 16) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=gen, dtype=torch.float64), dim=-1)
+    return {"composed": unit(size, dim), "negative": unit(size, dim), "targets": unit(size, tokens, dim),
+            "boundary_composed": unit(size, dim), "boundary_targets": unit(size, tokens, dim)}
+
+
+def _terms(config: ConeSepConfig, f: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every term of the objective and the partition from features, by the functions
+    ``ConeSep.loss_terms`` calls (what the parity adapter compares with the release)."""
+    import cirbench_methods.conesep as module
+
+    sim = max_token_similarity(f["composed"], f["targets"])
+    neg_sim = max_token_similarity(f["negative"], f["targets"])
+    boundary = module.boundary_similarity(f["boundary_composed"], f["boundary_targets"], config.boundary_estimate)
+    fidelity = module.sample_fidelity(sim.diagonal(), float(boundary), config)
+    clean = partition(fidelity, config.omega, config.fidelity_variant)
+    btu = module.unlearning_terms(sim, neg_sim, f["composed"], f["negative"], clean, config)
+    return {"boundary": boundary, "fidelity": fidelity, "clean": clean, "robust": module.ranking_term(sim, config),
+            "inter": module.target_term(neg_sim, clean, config), "intra": module.query_term(f["composed"], f["negative"], clean, config),
+            **{k: v for k, v in btu.items() if k in ("ot_cost", "ot_blocked", "ot_plan", "label", "ul", "ul_transposed")}}
+
+
+@pytest.mark.parametrize("field", sorted(RELEASE_SWITCHES))
+def test_each_release_switch_changes_its_terms_and_nothing_else(field: str) -> None:
+    value, expected = RELEASE_SWITCHES[field]
+    f = _features()
+    default, switched = _terms(ConeSepConfig(), f), _terms(ConeSepConfig(**{field: value}), f)
+    changed = {k for k in switched if k not in default or not torch.equal(switched[k], default[k])}
+    assert changed == expected
+
+
+def test_release_switches_are_late_fields_so_the_default_run_id_is_unchanged() -> None:
+    from cirbench.config import LATE_FIELD, identity_dict
+
+    late = {f.name for f in dataclasses.fields(ConeSepConfig) if f.metadata.get(LATE_FIELD)}
+    assert late == set(RELEASE_SWITCHES)
+    assert not late & set(identity_dict(ConeSepConfig()))
+    released = build_config(ConeSepConfig, {"readings": "release"}, "conesep")
+    assert {k: getattr(released, k) for k in RELEASE_SWITCHES} == {k: v for k, (v, _) in RELEASE_SWITCHES.items()}
+    assert (released.label_softmax, released.nbl_gradient, released.negative_init, released.zeta) == (True, "all", "copy", 0.8)
+    with pytest.raises(ValueError, match="ot_cost"):
+        ConeSepConfig(ot_cost="paper")
+
+
+def test_inter_loss_release_works_on_softmax_probabilities_summed_per_row() -> None:
+    gen = torch.Generator().manual_seed(1)
+    neg_sim = torch.rand(4, 4, generator=gen, dtype=torch.float64) * 2 - 1
+    T = target_matrix("paper", 4, torch.device("cpu"))
+    clean = torch.tensor([True, False, True, True])
+    p = torch.softmax(neg_sim / 0.07, dim=1)
+    rows = torch.nn.functional.softplus(T * p).sum(1)
+    torch.testing.assert_close(target_oriented_loss(neg_sim, clean, T, 0.07, "release"), rows[clean].mean())
+    printed = torch.nn.functional.softplus(T * neg_sim / 0.07).mean(1)
+    torch.testing.assert_close(target_oriented_loss(neg_sim, clean, T, 0.07), printed[clean].mean())
+
+
+def test_ot_cost_release_uses_probabilities_the_transposed_negative_similarities_and_its_maximum() -> None:
+    sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]], dtype=torch.float64)
+    neg_sim = torch.tensor([[0.3, -0.2], [0.5, 0.1]], dtype=torch.float64)  # [query, target]
+    composed = negative = torch.eye(2, dtype=torch.float64)
+    raw = torch.cat([1 - torch.softmax(sim / 0.07, dim=1), 1 - neg_sim.T], dim=1)
+    cost = unlearning_cost(sim, composed, negative, True, "release", neg_sim, 0.07)
+    torch.testing.assert_close(cost, raw / raw.max())
+    assert cost[0, 3] == (1 - neg_sim[1, 0]) / raw.max()  # C-[i, j] = 1 - s(F_neg^j, F_t^i)
+    constant = unlearning_cost(sim, composed, negative, False, "release", neg_sim, 0.07)
+    assert (constant[:, 2:] == constant[:, 2:].max()).all() and constant.max() == 1
+
+
+def test_negative_column_last_is_the_releases_mask_and_label() -> None:
+    clean = torch.tensor([True, False, True])
+    blocked = unlearning_mask(clean, "last")
+    expected = torch.zeros(3, 6, dtype=torch.bool)
+    expected[1, 1] = True  # noisy: no path to its own target
+    expected[0, 5] = expected[2, 5] = True  # clean: no path to the last column
+    assert torch.equal(blocked, expected)
+    assert hard_label(clean, "last").tolist() == [[1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 0, 0]]
+    # no noisy row: the last column is blocked for every row and carries nothing
+    label = soft_label(torch.rand(3, 6, generator=torch.Generator().manual_seed(0)), torch.ones(3, dtype=torch.bool),
+                       0.7, 0.03, 100, column="last")
+    torch.testing.assert_close(label.sum(1), torch.ones(3))
+    assert (label[:, -1] == 0).all()
+
+
+def test_ul_loss_release_adds_the_transposed_direction_on_softmax_logits() -> None:
+    import cirbench_methods.conesep as module
+
+    f = _features(3)
+    sim = max_token_similarity(f["composed"], f["targets"])
+    neg_sim = max_token_similarity(f["negative"], f["targets"])
+    clean = torch.tensor([True, False] * 4)
+    config = ConeSepConfig(ul_loss="release")
+    terms = module.unlearning_terms(sim, neg_sim, f["composed"], f["negative"], clean, config)
+    logits = torch.cat([torch.softmax(sim / 0.07, dim=1), neg_sim.T], dim=1)
+    torch.testing.assert_close(terms["ul_forward"], unlearning_loss(logits, terms["label"]))
+    torch.testing.assert_close(terms["ul_transposed"], unlearning_loss(logits.T, terms["label_t"]))
+    torch.testing.assert_close(terms["ul"], (terms["ul_forward"] + terms["ul_transposed"]) / 2)
+    assert torch.equal(terms["ot_cost_t"], terms["ot_cost"].T) and torch.equal(terms["ot_blocked_t"], terms["ot_blocked"].T)
+    # the transposed label: the plan's rows rescaled to 1, plus (1 - gamma) L^T, whose rows hold one 1 or none
+    assert terms["label_t"].shape == (16, 8)
+    torch.testing.assert_close(terms["label_t"].sum(1), 0.7 + 0.3 * hard_label(clean).T.sum(1).double())
+    assert "ul_transposed" not in module.unlearning_terms(sim, neg_sim, f["composed"], f["negative"], clean, ConeSepConfig())
+
+
+def test_query_loss_release_interval_and_per_dimension_products() -> None:
+    composed = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    negative = torch.nn.functional.normalize(torch.tensor([[0.6, 0.8], [-0.2, 0.98]], dtype=torch.float64), dim=-1)
+    clean = torch.tensor([True, False])
+    hinge = lambda s: (torch.relu(s + 0.002) + torch.relu(-0.007 - s)) / 0.07
+    s_n = (composed * negative).sum(-1)
+    torch.testing.assert_close(query_oriented_loss(composed, negative, clean, "vector", "release"), hinge(s_n)[0])
+    products = composed[:, None, :] * negative[None, :, :]  # (B, B, E): the release's broadcast
+    torch.testing.assert_close(query_oriented_loss(composed, negative, torch.ones(2, dtype=torch.bool), "release", "release"),
+                               hinge(products).mean())
+    torch.testing.assert_close(query_oriented_loss(composed, negative, clean, "release", "release"), hinge(products[0]).mean())
+
+
+def test_boundary_estimate_release_draws_a_batch_and_averages_all_pairs(backbone_state, monkeypatch) -> None:
+    import cirbench_methods.conesep as module
+
+    f = _features(2)
+    sim = max_token_similarity(f["composed"], f["targets"])
+    torch.testing.assert_close(module.boundary_similarity(f["composed"], f["targets"]), sim.diagonal().mean())
+    torch.testing.assert_close(module.boundary_similarity(f["composed"], f["targets"], "release"), sim.mean())
+    method = make_method(backbone_state, K=3, boundary_estimate="release")
+    seen = []
+    original = method.backbone.encode_image_tokens
+    monkeypatch.setattr(method.backbone, "encode_image_tokens", lambda px: seen.append(tuple(px.shape)) or original(px))
+    assert -1.0 <= method.estimate_boundary(make_batch(method.backbone)) <= 1.0
+    assert seen == [(B, 3, 32, 32), (B, 3, 32, 32)]  # as many as the batch, not K
+
+
+def test_release_readings_train_in_both_phases(backbone_state) -> None:
+    config = build_config(ConeSepConfig, {"readings": "release"}, "conesep")
+    for extra in ({}, {"partition": False}):
+        method = make_method(backbone_state, **{**dataclasses.asdict(config), **extra})
+        for epoch in (0, 5):
+            out = method.training_step(make_batch(method.backbone), epoch=epoch, step=0)
+            assert torch.isfinite(out.loss)
+            assert grads(method, out.loss)["negative_prompt"].abs().sum() > 0
