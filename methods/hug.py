@@ -11,7 +11,7 @@ paper and the release (units, normalisations, where they differ, the Table 3 swi
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import math
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch
+from cirbench.config import late_field
 from cirbench.losses import info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
 from cirbench.search import Distribution, LogUniform
@@ -62,6 +63,15 @@ class HUGConfig(MethodConfig):
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "fc_weight": LogUniform(0.2, 1.0), "cord_weight": LogUniform(0.03, 0.3),
     }
+    release_readings: ClassVar[dict[str, object]] = {
+        "gaussian_space": "states", "hc_form": "release", "init_b": 0.0, "learn_scale": False,
+        "freeze_means": True, "fc_form": "release", "weighting_eps": 1e-6, "cord_reduce": "sum",
+        "cord_pairs": 0, "cord_permutation": "randperm", "head_dropout": 0.1, "exact_query_variance": True,
+        "eps": 1e-8,
+    }
+    """Where the port's defaults are not the release's code, its defects included (only the
+    heads learn: ``freeze_means``, ``learn_scale``); ``docs/hug.md``, "Where we differ from the
+    release"; ``benchmarks/parity/hug.py`` checks every comparable term under them."""
 
     beta2: float = 0.999
     weight_decay: float = 0.01
@@ -92,13 +102,34 @@ class HUGConfig(MethodConfig):
     coordination_loss: bool = True
     dynamic_weighting: bool = True
     heads_train_composer: bool = True
+    gaussian_space: Literal["projected", "states"] = late_field("projected")
+    """The Gaussians' space: ``projected``, unit-norm ``vision_proj`` means with the heads'
+    variances in units of ``1 / embed_dim``; ``states``, the release's raw composer states as
+    means (``hidden_size`` dimensions) and the heads' variances as they come."""
+    hc_form: Literal["paper", "release"] = late_field("paper")
+    """Eq. 13: ``paper``, negatives in both directions, ``log S``; ``release``, the query rows
+    only (each query against the other targets) and ``log(S + 1e-8)``."""
+    learn_scale: bool = late_field(True)
+    """Whether Eq. 13's ``a`` and ``b`` learn (the release never gives them to its optimiser)."""
+    weighting_eps: float = late_field(0.0)
+    """The release's 1e-6 in the dynamic weighting's denominator and under the combined
+    standard deviation's square root (``sqrt(v_q + eps)``); 0 is the paper's Eq. 10-11."""
+    cord_permutation: Literal["derangement", "randperm"] = late_field("derangement")
+    """How mismatched texts are drawn: a permutation without fixed points, or the release's
+    ``torch.randperm``, which gives some samples their own text back."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.init_a <= 0:
             raise ValueError(f"hug: init_a must be > 0 (the scale is learnt as exp(log a)), got {self.init_a}")
-        if self.fc_form not in ("sigmoid", "infonce"):
-            raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce")
+        if self.fc_form not in ("sigmoid", "infonce", "release"):
+            raise ValueError(f"hug: fc_form={self.fc_form!r} is not one of sigmoid, infonce, release")
+        for name, allowed in (("gaussian_space", ("projected", "states")), ("hc_form", ("paper", "release")),
+                              ("cord_permutation", ("derangement", "randperm"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"hug: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if not (math.isfinite(self.weighting_eps) and self.weighting_eps >= 0):
+            raise ValueError(f"hug: weighting_eps must be >= 0, got {self.weighting_eps}")
         if self.fc_negatives not in ("mean", "sum"):
             raise ValueError(f"hug: fc_negatives={self.fc_negatives!r} is not one of mean, sum")
         if self.cord_reduce not in ("mean", "sum"):
@@ -129,9 +160,13 @@ class UncertaintyHead(nn.Module):
         return self.mlp(self.encoder(states))
 
 
-def modality_weights(variances: torch.Tensor, dynamic: bool = True) -> torch.Tensor:
+def modality_weights(variances: torch.Tensor, dynamic: bool = True, eps: float = 0.0) -> torch.Tensor:
     """Fusion weights over the leading (modality) axis of ``variances`` (X, ...):
-    ``softmax_x(-v_x)`` elementwise if ``dynamic``, else ``1 / X`` everywhere."""
+    ``softmax_x(-v_x)`` elementwise if ``dynamic``, else ``1 / X`` everywhere. ``eps`` > 0 is
+    the release's ``exp(-v_x) / (sum_y exp(-v_y) + eps)``."""
+    if dynamic and eps:
+        weights = torch.exp(-variances)
+        return weights / (weights.sum(0, keepdim=True) + eps)
     if dynamic:
         return torch.softmax(-variances, dim=0)
     return torch.full_like(variances, 1.0 / variances.shape[0])
@@ -171,14 +206,21 @@ def holistic_logits(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) ->
     return a * distance + b
 
 
-def holistic_contrast(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def holistic_contrast(distance: torch.Tensor, a: torch.Tensor, b: torch.Tensor, form: str = "paper") -> torch.Tensor:
     """Paper Eq. 13 on a (B, B) distance matrix whose diagonal holds the positives:
     ``-log S(-a d - b)`` per positive and ``-log S(a d + b)`` per negative, the negatives
     counted once per direction (row: query vs other targets, column: target vs other
-    queries), the sum divided by the batch size."""
+    queries), the sum divided by the batch size. ``form="release"``: each query's row only
+    (the negatives counted once) and ``log(S + 1e-8)``, as the release computes it."""
     n = distance.shape[0]
     off = ~torch.eye(n, dtype=torch.bool, device=distance.device)
     logits = holistic_logits(distance, a, b)
+    if form == "release":
+        positive = torch.log(torch.sigmoid(-logits.diagonal()) + 1e-8).sum()
+        negative = (torch.log(torch.sigmoid(logits) + 1e-8) * off).sum()
+        return -(positive + negative) / n
+    if form != "paper":
+        raise ValueError(f"holistic_contrast: form={form!r} is not one of paper, release")
     positive = F.logsigmoid(-logits.diagonal()).sum()
     negative = (F.logsigmoid(logits) * off).sum()
     return -(positive + 2.0 * negative) / n
@@ -220,6 +262,40 @@ def fine_grained_contrast(
         logits.append(sim.masked_fill(~other, float("-inf")))
     rows = torch.cat(logits, dim=-1).flatten(0, 2) / temperature
     return F.cross_entropy(rows, torch.zeros(rows.shape[0], dtype=torch.long, device=rows.device))
+
+
+def fine_grained_release_parts(
+    std_q: torch.Tensor, std_c: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The release's two InfoNCE parts of its fine-grained loss, on standard-deviation vectors
+    (B, K, E), every vector L2-normalised; only query components are anchors. Component-wise
+    (B, K): anchor ``q_ik``, positive ``c_ik``, negatives the other K - 1 components of
+    ``q_i`` and of ``c_i``. In-batch (K,): for component k, the mean over i of the
+    cross-entropy of ``q_ik`` against ``c_jk`` for every j (positive j = i)."""
+    q, c = F.normalize(std_q, dim=-1), F.normalize(std_c, dim=-1)
+    _, k, _ = q.shape
+    positive = (q * c).sum(-1, keepdim=True)  # (B, K, 1)
+    same = torch.eye(k, dtype=torch.bool, device=q.device)
+    to_q = torch.einsum("bkd,bld->bkl", q, q).masked_fill(same, float("-inf"))
+    to_c = torch.einsum("bkd,bld->bkl", q, c).masked_fill(same, float("-inf"))
+    logits = torch.cat([positive, to_q, to_c], dim=-1) / temperature
+    component = -torch.log_softmax(logits, dim=-1)[..., 0]
+    batch = torch.einsum("ikd,jkd->kij", q, c) / temperature  # (K, B, B)
+    instance = -torch.log_softmax(batch, dim=-1).diagonal(dim1=1, dim2=2).mean(-1)
+    return component, instance
+
+
+def fine_grained_release(
+    std_q: torch.Tensor, std_c: torch.Tensor, temperature: float, component: bool = True, instance: bool = True
+) -> torch.Tensor:
+    """The release's fine-grained loss (``fc_form=release``): the sum of its component-wise
+    cross-entropies (one per query component of each sample) and of its in-batch ones (one per
+    component) divided by their count, B K + K (:func:`fine_grained_release_parts`)."""
+    parts = fine_grained_release_parts(std_q, std_c, temperature)
+    kept = [p for p, on in zip(parts, (component, instance)) if on]
+    if not kept:
+        raise ValueError("fine_grained_release: neither part is on")
+    return sum(p.sum() for p in kept) / sum(p.numel() for p in kept)
 
 
 def fine_grained_sigmoid(
@@ -303,11 +379,19 @@ def derangement(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     return perm
 
 
-def mismatched_pairs(n: int, pairs: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def mismatched_pairs(
+    n: int, pairs: int, device: torch.device | str = "cpu", permutation: str = "derangement"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of a batch of ``n`` and, for each, another row whose text it gets: ``pairs``
     distinct rows drawn at random (all ``n`` when ``pairs`` is 0 or at least ``n``), texts
-    by a :func:`derangement`, so no row keeps its own text."""
-    perm = derangement(n, device)
+    by a :func:`derangement`, so no row keeps its own text (``permutation="randperm"``: the
+    release's ``torch.randperm``, fixed points allowed)."""
+    if permutation == "randperm":
+        perm = torch.randperm(n, device=device)
+    elif permutation == "derangement":
+        perm = derangement(n, device)
+    else:
+        raise ValueError(f"mismatched_pairs: permutation={permutation!r} is not one of derangement, randperm")
     if pairs <= 0 or pairs >= n:
         return torch.arange(n, device=device), perm
     rows = torch.randperm(n, device=device)[:pairs]
@@ -331,15 +415,22 @@ class HUG(Method):
     def __init__(self, backbone: Backbone, config: HUGConfig, context: TrainingContext) -> None:
         super().__init__(backbone, config, context)
         hidden, self.embed_dim = backbone.hidden_size, backbone.embed_dim
+        states = config.gaussian_space == "states"
+        self.gaussian_dim = hidden if states else self.embed_dim
+        self.variance_scale = 1.0 if states else 1.0 / self.embed_dim
+        """The Gaussians' variance per head unit (``gaussian_space``)."""
 
         def head() -> UncertaintyHead:
-            return UncertaintyHead(hidden, self.embed_dim, config.head_heads, config.head_dropout)
+            return UncertaintyHead(hidden, self.gaussian_dim, config.head_heads, config.head_dropout)
 
         self.visual_head, self.text_head, self.multimodal_head = head(), head(), head()
         self.log_a = nn.Parameter(torch.tensor(math.log(config.init_a)))
         self.b = nn.Parameter(torch.tensor(float(config.init_b)))
         self.fc_log_a = nn.Parameter(torch.tensor(0.0))
         self.fc_b = nn.Parameter(torch.tensor(float(config.fc_init_b)))
+        if not config.learn_scale:
+            self.log_a.requires_grad_(False)
+            self.b.requires_grad_(False)
 
     @property
     def a(self) -> torch.Tensor:
@@ -347,7 +438,10 @@ class HUG(Method):
         return self.log_a.exp()
 
     def means(self, states: torch.Tensor) -> torch.Tensor:
-        """Component means: ``vision_proj`` of query-token states, unit norm per component."""
+        """Component means: ``vision_proj`` of query-token states, unit norm per component
+        (``gaussian_space=states``: the states themselves)."""
+        if self.config.gaussian_space == "states":
+            return states
         return F.normalize(self.backbone.vision_proj(states), dim=-1)
 
     def _compose(self, image: torch.Tensor | None, text: TextBatch | None, grad: bool) -> torch.Tensor:
@@ -384,7 +478,9 @@ class HUG(Method):
                 out["m_mis"] = v_m[len(fused):]
             parts.append(out["m"])
         stacked = torch.stack(parts)
-        out["q"] = (modality_weights(stacked, config.dynamic_weighting) * stacked).sum(0)
+        out["q"] = (modality_weights(stacked, config.dynamic_weighting, config.weighting_eps) * stacked).sum(0)
+        if config.weighting_eps:
+            out["q"] = out["q"] + config.weighting_eps
         return out
 
     def losses(self, batch: Batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -402,7 +498,7 @@ class HUG(Method):
             return {"hc": self.point_matching_loss(mu_q, mu_c)}, {}
         mismatched, rows = None, None
         if config.cross_modal and config.coordination_loss:
-            rows, texts = mismatched_pairs(len(batch), config.cord_pairs, batch.index.device)
+            rows, texts = mismatched_pairs(len(batch), config.cord_pairs, batch.index.device, config.cord_permutation)
             mismatched = self._compose(
                 batch.reference[rows], batch.text.select(texts), grad=train_means and config.heads_train_composer
             )
@@ -410,11 +506,17 @@ class HUG(Method):
             fused, target = fused.detach(), target.detach()
         v = self.variances(batch.reference, batch.text, fused, mismatched, target)
         v_c = v["c"]
-        scale = 1.0 / self.embed_dim
-        parts = {"hc": holistic_contrast(expected_distance(mu_q, v["q"] * scale, mu_c, v_c * scale), self.a, self.b)}
+        scale = self.variance_scale
+        distance = expected_distance(mu_q, v["q"] * scale, mu_c, v_c * scale)
+        parts = {"hc": holistic_contrast(distance, self.a, self.b, config.hc_form)}
         if config.fc_component or config.fc_instance or config.fc_modality:
             groups = (config.fc_component, config.fc_instance, config.fc_modality)
-            if config.fc_form == "sigmoid":
+            if config.fc_form == "release":
+                parts["fc"] = fine_grained_release(
+                    v["q"].sqrt(), v_c.sqrt(), config.fc_temperature, config.fc_component,
+                    config.fc_instance or config.fc_modality,
+                )
+            elif config.fc_form == "sigmoid":
                 parts["fc"] = fine_grained_sigmoid(
                     v["q"].sqrt(), v_c.sqrt(), self.fc_log_a.exp(), self.fc_b, *groups, negatives=config.fc_negatives
                 )
@@ -450,13 +552,17 @@ class HUG(Method):
         noise_score = scores.pop("noise_score", None)
         return StepOutput(loss, components, noise_score=noise_score, extra_scores=scores)
 
+    def gaussian_variance(self, variances: torch.Tensor) -> torch.Tensor:
+        """Head-unit variances in the Gaussians' space (``gaussian_space``)."""
+        return variances if self.config.gaussian_space == "states" else variances / self.embed_dim
+
     def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
         """Packed query Gaussians (N, K * E + 1); the query's own variance only with
         ``exact_query_variance`` (it shifts all of a query's scores equally)."""
         fused = self.backbone.compose(reference, text).query
         mu = self.means(fused)
         if self.config.probabilistic and self.config.exact_query_variance:
-            var = self.variances(reference, text, fused)["q"] / self.embed_dim
+            var = self.gaussian_variance(self.variances(reference, text, fused)["q"])
         else:
             var = torch.zeros_like(mu)
         return pack_gaussians(mu, var)
@@ -466,7 +572,7 @@ class HUG(Method):
         states = self.backbone.compose(images, None).query
         mu = self.means(states)
         if self.config.probabilistic:
-            var = self.visual_head(states).square() / self.embed_dim
+            var = self.gaussian_variance(self.visual_head(states).square())
         else:
             var = torch.zeros_like(mu)
         return pack_gaussians(mu, var)

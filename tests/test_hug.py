@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.config import build_config
@@ -491,3 +492,146 @@ def test_point_matching_starts_where_a_pretrained_ranking_is_rewarded() -> None:
     distance = (mu_q[:, None] - mu_c[None]).square().sum((2, 3))
     negatives = H.holistic_logits(distance, sigmoid.a, sigmoid.b)[off]
     assert negatives.max() < np.log(2 * (batch_size - 1))  # the defect the default avoids
+
+
+# ----------------------------------------------------------------------------- the release's readings
+
+
+def test_release_readings_are_the_release_and_bad_values_are_refused() -> None:
+    config = build_config(H.HUGConfig, {"readings": "release"}, "hug")
+    for name, value in H.HUGConfig.release_readings.items():
+        assert getattr(config, name) == value
+    default = H.HUGConfig()
+    assert (default.gaussian_space, default.hc_form, default.learn_scale, default.weighting_eps,
+            default.cord_permutation) == ("projected", "paper", True, 0.0, "derangement")
+    for field, value in (("gaussian_space", "raw"), ("hc_form", "both"), ("cord_permutation", "roll"),
+                         ("fc_form", "loops"), ("weighting_eps", -1.0)):
+        with pytest.raises(ValueError, match=field):
+            H.HUGConfig(**{field: value})
+
+
+def test_holistic_contrast_release_form_counts_each_querys_row_once() -> None:
+    d = torch.tensor([[1.0, 3.0, 5.0], [2.0, 0.5, 4.0], [6.0, 1.5, 2.5]], dtype=torch.float64)
+    a, b = torch.tensor(0.7, dtype=torch.float64), torch.tensor(-1.0, dtype=torch.float64)
+    logits = a * d + b
+    pos = -torch.log(torch.sigmoid(-logits.diagonal()) + 1e-8).sum()
+    neg = -torch.log(torch.sigmoid(logits[~torch.eye(3, dtype=torch.bool)]) + 1e-8).sum()
+    assert H.holistic_contrast(d, a, b, "release").item() == pytest.approx(((pos + neg) / 3).item(), rel=1e-12)
+    paper = H.holistic_contrast(d, a, b)
+    assert paper.item() == pytest.approx(H.holistic_contrast(d, a, b, "paper").item(), rel=0)
+    assert paper.item() > H.holistic_contrast(d, a, b, "release").item() + 0.5  # the column negatives
+    saturated = torch.tensor([[40.0, 1.0], [1.0, 40.0]], dtype=torch.float64)
+    one, zero = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    assert H.holistic_contrast(saturated, one, zero, "release").item() < 20  # log(S + 1e-8) caps each term at 18.4
+    assert H.holistic_contrast(saturated, one, zero).item() > 39
+    with pytest.raises(ValueError, match="form"):
+        H.holistic_contrast(d, a, b, "both")
+
+
+def brute_fine_grained_release(std_q: torch.Tensor, std_c: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The release's two parts written out per anchor, as ``fine_grained_release_parts``'s
+    docstring defines them."""
+    n, k, _ = std_q.shape
+    q, c = F.normalize(std_q, dim=-1), F.normalize(std_c, dim=-1)
+    component = torch.empty(n, k, dtype=std_q.dtype)
+    for i in range(n):
+        for m in range(k):
+            others = [l for l in range(k) if l != m]
+            logits = torch.cat([(q[i, m] * c[i, m]).sum().view(1), q[i, others] @ q[i, m], c[i, others] @ q[i, m]]) / tau
+            component[i, m] = -torch.log_softmax(logits, 0)[0]
+    instance = torch.stack([
+        torch.stack([-torch.log_softmax(c[:, m] @ q[i, m] / tau, 0)[i] for i in range(n)]).mean() for m in range(k)
+    ])
+    return component, instance
+
+
+def test_fine_grained_release_matches_its_definition() -> None:
+    g = torch.Generator().manual_seed(2)
+    std_q = F.softplus(torch.randn(5, 3, 4, generator=g, dtype=torch.float64))
+    std_c = F.softplus(torch.randn(5, 3, 4, generator=g, dtype=torch.float64))
+    component, instance = H.fine_grained_release_parts(std_q, std_c, 0.07)
+    expected_c, expected_i = brute_fine_grained_release(std_q, std_c, 0.07)
+    assert torch.allclose(component, expected_c, rtol=1e-10) and torch.allclose(instance, expected_i, rtol=1e-10)
+    total = H.fine_grained_release(std_q, std_c, 0.07)
+    assert total.item() == pytest.approx(((component.sum() + instance.sum()) / (5 * 3 + 3)).item(), rel=1e-12)
+    assert H.fine_grained_release(std_q, std_c, 0.07, instance=False).item() == pytest.approx(component.mean().item())
+    with pytest.raises(ValueError, match="neither"):
+        H.fine_grained_release(std_q, std_c, 0.07, component=False, instance=False)
+
+
+def test_fc_form_release_reads_the_standard_deviations() -> None:
+    method = make_method(fc_form="release").train()
+    batch = make_batch(method)
+    torch.manual_seed(0)
+    parts, _ = method.losses(batch)
+    with torch.no_grad():
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        target = method.backbone.compose(batch.target, None).query
+        v = method.variances(batch.reference, batch.text, fused, None, target)
+    expected = H.fine_grained_release(v["q"].sqrt(), v["c"].sqrt(), 0.07)
+    assert parts["fc"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert grads_of(method, parts["fc"])["visual_head"]
+
+
+def test_weighting_eps_is_the_releases_guard_and_zero_changes_nothing() -> None:
+    v = torch.rand(3, 4, 5, 6, dtype=torch.float64) * 3
+    assert torch.equal(H.modality_weights(v, True, 0.0), H.modality_weights(v, True))
+    e = torch.exp(-v)
+    assert torch.allclose(H.modality_weights(v, True, 1e-6), e / (e.sum(0) + 1e-6), rtol=1e-12)
+    batch_method = make_method(weighting_eps=1e-3).eval()
+    plain = make_method().eval()
+    batch = make_batch(plain)
+    with torch.no_grad():
+        fused = plain.backbone.compose(batch.reference, batch.text).query
+        with_eps = batch_method.variances(batch.reference, batch.text, fused)
+        without = plain.variances(batch.reference, batch.text, fused)
+        stacked = torch.stack([without["r"], without["t"], without["m"]])
+        weights = H.modality_weights(stacked, True, 1e-3)
+    assert torch.allclose(with_eps["q"], (weights * stacked).sum(0) + 1e-3, rtol=1e-6)
+
+
+def test_cord_permutation_randperm_is_torchs_draw_with_fixed_points_allowed() -> None:
+    torch.manual_seed(7)
+    rows, texts = H.mismatched_pairs(6, 0, permutation="randperm")
+    torch.manual_seed(7)
+    assert torch.equal(texts, torch.randperm(6)) and torch.equal(rows, torch.arange(6))
+    fixed = 0
+    for seed in range(20):
+        torch.manual_seed(seed)
+        rows, texts = H.mismatched_pairs(4, 0, permutation="randperm")
+        fixed += int((rows == texts).sum())
+    assert fixed > 0  # the release's permutation gives some samples their own text
+    with pytest.raises(ValueError, match="permutation"):
+        H.mismatched_pairs(4, 0, permutation="roll")
+
+
+def test_gaussian_space_states_uses_the_raw_states_and_unscaled_variances() -> None:
+    method = make_method(gaussian_space="states", exact_query_variance=True).eval()
+    batch = make_batch(method)
+    hidden = method.backbone.hidden_size
+    assert method.gaussian_dim == hidden != method.embed_dim and method.variance_scale == 1.0
+    with torch.no_grad():
+        fused = method.backbone.compose(batch.reference, batch.text).query
+        target = method.backbone.compose(batch.target, None).query
+        assert torch.equal(method.means(fused), fused)
+        v = method.variances(batch.reference, batch.text, fused, None, target)
+        expected = H.expected_distance(fused, v["q"], target, v["c"])
+        got = -method.similarity(method.encode_queries(batch.reference, batch.text), method.encode_targets(batch.target))
+    assert v["q"].shape[-1] == hidden
+    assert torch.allclose(got, expected, rtol=1e-5)
+    default = make_method().eval()
+    assert default.gaussian_dim == default.embed_dim and default.variance_scale == 1.0 / default.embed_dim
+
+
+def test_release_readings_train_only_the_heads() -> None:
+    """The release's defect, reproduced only under its readings: every state without gradient,
+    ``a`` and ``b`` outside the optimiser, so only the three heads learn."""
+    method = make_method(**H.HUGConfig.release_readings).train()
+    assert not method.log_a.requires_grad and not method.b.requires_grad
+    assert float(method.a) == 1.0 and float(method.b) == 0.0
+    out = method.training_step(make_batch(method), 0, 0)
+    assert torch.isfinite(out.loss) and set(out.components) >= {"hc", "fc", "cord"}
+    grads = grads_of(method, out.loss)
+    assert not grads["composer"] and not grads["vision_proj"] and not grads["ab"]
+    assert grads["visual_head"] and grads["text_head"] and grads["multimodal_head"]
+    assert make_method().log_a.requires_grad

@@ -66,8 +66,8 @@ RELEASE = harness.Release(
     files={
         "src/lavis/models/blip2_models/blip2_qformer_cir_image_diff_features.py": "117-237",
         "src/lavis/models/blip2_models/Qformer.py": "79-130",
-        "src/utility.py": "57-101,177-229,259-295,330-359",
-        "src/precompute_train.py": "212-237",
+        "src/utility.py": "57-101,193-222,259-294,330-359",
+        "src/precompute_train.py": "212-237,245-265",
     },
     commit="7fe811992820d30828e24065eb0c7a7ba099dd3b",
 )
