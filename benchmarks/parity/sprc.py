@@ -50,7 +50,7 @@ SCRIPT = "src/blip_fine_tune_2.py"
 RELEASE = harness.Release(
     repo="chunmeifeng/SPRC",
     files={MODEL: "85-92,95-200", SCRIPT: "127-132,291-299,379-380",
-           "src/lavis/models/blip2_models/Qformer.py": "78-113"},
+           "src/lavis/models/blip2_models/Qformer.py": "78-113,434-475"},
     commit="2935a5397732260d1db6fa577e5926f963e36f0f",
 )
 SEED = 0
@@ -60,9 +60,10 @@ CLS = 1
 TEMPERATURE, LOW_TEMPERATURE = 0.07, 0.005
 
 NOT_COMPARABLE = {
-    "composer": "the Q-Former (its position embeddings, which the prompt pass adds to the prompt tokens too; "
-                "its query-or-text feed-forward split by position) is the backbone's in cirbench, the same for "
-                "every method: both sides get one fake composer (docs/sprc.md, row 5)",
+    "composer": "the Q-Former is the backbone's in cirbench, the same for every method (the release's own: the "
+                "prompt pass adds position embeddings to the prompt tokens too, and a pass without image tokens "
+                "sends every position, queries and prompts included, through the text feed-forward, Qformer.py "
+                "434-475): both sides get one fake composer (docs/sprc.md, row 6)",
     "prompt tokens' start": "a random draw (release: N(0, 0.02^2)); both sides get the same seeded prompt tokens "
                             "(port: prompt_init=normal draws from the release's distribution)",
     "optimiser and schedule": "blip_fine_tune_2.py: AdamW (betas 0.9/0.98, eps 1e-7, weight decay 0.05: the "
