@@ -64,7 +64,9 @@ the caption-swapped (hard) noise, once the model has learned something.
 
 Switches: ``partition = false`` keeps every sample clean in every epoch (the release's
 ``all_positive`` partitioner: the same losses, a plain robust loss, and no partition or
-purity rows); ``gmm_input``; the three warm-up lengths. The seconds spent in each
+purity rows); ``gmm_input``; the three warm-up lengths; ``rcl_clamp`` and ``lsa_target``,
+the release's readings where the port differs (``readings=release`` turns both on;
+``docs/tme.md``, "Where we differ from the release"). The seconds spent in each
 epoch's partition pass are kept in :attr:`TME.partition_seconds` and logged as the
 ``partition_seconds`` component of that epoch's first training step.
 """
