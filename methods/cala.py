@@ -28,29 +28,45 @@ text-only pass (``text_embeds``), ``T`` and the reference's image tokens its ima
 passes (``image_embeds``), all hidden states as released. The composed query is the
 backbone's composed feature and the target its per-token target features, as for every
 hosted method (the release sums the first multimodal token and the text's first token and
-matches them with the target's first token); inference is that query alone, as released.
+matches them with the target's first token: ``query = "release"``); inference is that query
+alone, as released. HCA's padded text keys are zeroed (the release lets the padding up to the
+batch's longest text in: ``hca_text = "release"``). ``--set cala.readings=release`` turns both
+on; the parity harness (``benchmarks/parity/cala.py``) checks them against the release.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cirbench.backbones.base import max_token_similarity
+from cirbench.backbones.base import TextBatch, max_token_similarity
+from cirbench.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, Uniform
 
 
+Query = Literal["composed", "release"]
+HCAText = Literal["masked", "release"]
+
+
 @dataclass
 class CaLaConfig(MethodConfig):
-    """CaLa's released settings (README's training command and ``blip_fine_tune.py``)."""
+    """CaLa's released settings (README's training command and ``blip_fine_tune.py``) and
+    the release's readings as switches: ``query`` (``composed``: the backbone's composed
+    feature against its per-token target features, as every hosted method; ``release``: the
+    normalised sum of the joint pass's first query output and the text's first token against
+    the target's first query output, normalised, hidden states unprojected, in training and
+    at retrieval) and ``hca_text`` (``masked``: HCA's padded text keys zeroed; ``release``:
+    the text's tokens up to the batch's longest text, padding included, as the release's
+    tokenizer pads them). ``release_readings`` turns both on."""
 
     search_space: ClassVar[dict[str, Distribution]] = {**MethodConfig.search_space, "tac_weight": Uniform(0.2, 0.7)}
+    release_readings: ClassVar[dict[str, object]] = {"query": "release", "hca_text": "release"}
 
     tac_weight: float = 0.45
     hca_weight: float = 0.1
@@ -58,6 +74,8 @@ class CaLaConfig(MethodConfig):
     association_scale: float = 10.0
     tac_repeats: int = 4
     hca_dropout: float = 0.1
+    query: Query = late_field("composed")
+    hca_text: HCAText = late_field("masked")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,6 +87,17 @@ class CaLaConfig(MethodConfig):
                 raise ValueError(f"cala: {name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.hca_dropout < 1.0:
             raise ValueError(f"cala: hca_dropout must be in [0, 1), got {self.hca_dropout}")
+        for name, allowed in (("query", ("composed", "release")), ("hca_text", ("masked", "release"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"cala: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+
+
+def batch_longest(tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The text's tokens (B, L, H) up to the batch's longest text, padding included, and a
+    mask of ones: the release's tokenizer pads to the batch's longest text, and every one of
+    those positions enters HCA."""
+    length = int(mask.bool().any(0).nonzero().max()) + 1
+    return tokens[:, :length], torch.ones_like(mask[:, :length])
 
 
 class HingeCrossAttention(nn.Module):
@@ -129,23 +158,59 @@ class CaLa(Method):
         self.hca = HingeCrossAttention(backbone.hidden_size, config.hca_dropout)
         self.tac = TwinAttentionCompositor(backbone.hidden_size, config.tac_repeats)
 
-    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
-        """The release's blended loss: matching with TAC's logits, then HCA's."""
+    def encode_queries(self, reference: torch.Tensor, text: TextBatch) -> torch.Tensor:
+        """The composed feature, or with ``query = release`` the release's query (B, H)."""
+        if self.config.query == "composed":
+            return super().encode_queries(reference, text)
+        return release_query(self.backbone.compose(reference, text).query, self.backbone.compose(None, text).text)
+
+    def encode_targets(self, images: torch.Tensor) -> torch.Tensor:
+        """Per-token target features, or with ``query = release`` the target's first query
+        output (B, 1, H), normalised."""
+        if self.config.query == "composed":
+            return super().encode_targets(images)
+        return F.normalize(self.backbone.compose(images, None).query[:, :1], dim=-1)
+
+    def logits(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The three logit matrices (B, B): ``matching`` (at ``matching_scale``), TAC's
+        ``aligning`` and HCA's ``reasoning`` (at ``association_scale``)."""
         c = self.config
         joint = self.backbone.compose(batch.reference, batch.text)
-        composed = F.normalize(self.backbone.text_proj(joint.text[:, 0]), dim=-1)
+        if c.query == "composed":
+            composed = F.normalize(self.backbone.text_proj(joint.text[:, 0]), dim=-1)
         target_tokens = self.backbone.compose(batch.target, None).query
-        targets = F.normalize(self.backbone.vision_proj(target_tokens), dim=-1)
+        if c.query == "composed":
+            targets = F.normalize(self.backbone.vision_proj(target_tokens), dim=-1)
         text_tokens = self.backbone.compose(None, batch.text).text
         reference_tokens = self.backbone.compose(batch.reference, None).query
-        labels = torch.arange(len(batch), device=composed.device)
+        if c.query == "release":
+            composed = release_query(joint.query, text_tokens)
+            targets = F.normalize(target_tokens[:, :1], dim=-1)
 
         matching = c.matching_scale * max_token_similarity(composed, targets)
         gap = self.tac(reference_tokens, target_tokens)
         aligning = c.association_scale * text_tokens[:, 0] @ gap.T
-        contrastive = F.cross_entropy(c.tac_weight * aligning + (1 - c.tac_weight) * matching, labels)
-        pseudo_target = self.hca(joint.query, text_tokens, batch.text.mask, target_tokens)
-        reasoning = F.cross_entropy(c.association_scale * pseudo_target @ joint.query[:, 0].T, labels)
+        hca_text, hca_mask = text_tokens, batch.text.mask
+        if c.hca_text == "release":
+            hca_text, hca_mask = batch_longest(text_tokens, batch.text.mask)
+        pseudo_target = self.hca(joint.query, hca_text, hca_mask, target_tokens)
+        reasoning = c.association_scale * pseudo_target @ joint.query[:, 0].T
+        return {"matching": matching, "aligning": aligning, "reasoning": reasoning}
+
+    def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
+        """The release's blended loss: matching with TAC's logits, then HCA's."""
+        c = self.config
+        logits = self.logits(batch)
+        matching = logits["matching"]
+        labels = torch.arange(len(batch), device=matching.device)
+        contrastive = F.cross_entropy(c.tac_weight * logits["aligning"] + (1 - c.tac_weight) * matching, labels)
+        reasoning = F.cross_entropy(logits["reasoning"], labels)
         loss = c.hca_weight * reasoning + (1 - c.hca_weight) * contrastive
         components = {"contrastive": contrastive, "reasoning": reasoning, "matching": F.cross_entropy(matching, labels)}
         return StepOutput(loss, {k: float(v.detach()) for k, v in components.items()})
+
+
+def release_query(joint_query: torch.Tensor, text_tokens: torch.Tensor) -> torch.Tensor:
+    """The release's composed query (B, H): ``normalize(joint[:, 0] + text[:, 0])``, the joint
+    pass's first query output and the text's first token, unprojected hidden states."""
+    return F.normalize(joint_query[:, 0] + text_tokens[:, 0], dim=-1)
