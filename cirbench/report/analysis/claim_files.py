@@ -80,6 +80,18 @@ class ClaimSpec:
     margin: float = DEFAULT_MARGIN
     """The equivalence margin of its comparisons, in their own units (fractions: 0.01 is one
     point), declared before any result is read (:func:`~cirbench.report.analysis.significance.answer`)."""
+    cells: CellsSpec | None = None
+    """The cells its checks read, to set side by side (``[claim.cells]``), or None."""
+
+
+@dataclass(frozen=True)
+class CellsSpec:
+    """A claim's cells side by side (``[claim.cells]``): ``columns`` name what each column
+    holds, each of ``rows`` is a row's name and then one cell label per column; the report
+    shows each cell's headline at every noise rate run (:mod:`cirbench.report.tables.claim_cells`)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,23 @@ def _check_spec(raw: Any, where: str) -> CheckSpec:
     )
 
 
+def _cells_spec(raw: Any, where: str) -> CellsSpec:
+    """A claim's ``[claim.cells]`` table, checked: ``columns`` (names) and ``rows`` (each a
+    row's name, then a cell label per column; a role as ``{baseline}``)."""
+    if not isinstance(raw, dict) or set(raw) != {"columns", "rows"}:
+        raise ClaimFileError(f"{where}: a table with columns = [names] and rows = [[row name, cell per column], ...]")
+    columns, rows = raw["columns"], raw["rows"]
+    if not _typed(columns, "strs"):
+        raise ClaimFileError(f"{where}: columns = {columns!r} must be {_WANTED['strs']}")
+    if not isinstance(rows, list) or not rows or not all(_typed(r, "strs") and len(r) == len(columns) + 1 for r in rows):
+        raise ClaimFileError(f"{where}: rows = {rows!r} must be a list of [row name, then one cell label per column "
+                             f"({len(columns)})]")
+    bad = [n for row in rows for n in row[1:] if "{" in n and n not in ROLE_NAMES]
+    if bad:
+        raise ClaimFileError(f"{where}: {bad[0]!r} is not a role (roles: {', '.join(sorted(ROLE_NAMES))})")
+    return CellsSpec(tuple(columns), tuple(tuple(r) for r in rows))
+
+
 def _toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
@@ -172,10 +201,10 @@ def read_claims(path: Path | str) -> list[ClaimSpec]:
         for key in ("text", "source"):
             if not isinstance(raw.get(key), str) or not raw[key]:
                 raise ClaimFileError(f"{where}: {key} must be a non-empty string")
-        unknown = set(raw) - {"text", "source", "short", "margin", "check"}
+        unknown = set(raw) - {"text", "source", "short", "margin", "check", "cells"}
         if unknown:
             raise ClaimFileError(f"{where} ({raw['text']!r}): unknown key {sorted(unknown)[0]!r} "
-                                 "(keys: text, source, short, margin, check)")
+                                 "(keys: text, source, short, margin, check, cells)")
         if not isinstance(raw.get("short", ""), str):
             raise ClaimFileError(f"{where} ({raw['text']!r}): short must be a string")
         margin = raw.get("margin", DEFAULT_MARGIN)
@@ -186,7 +215,8 @@ def read_claims(path: Path | str) -> list[ClaimSpec]:
         if not isinstance(checks, list) or not checks:
             raise ClaimFileError(f"{where} ({raw['text']!r}): no check ([[claim.check]])")
         specs = tuple(_check_spec(c, f"{where} ({raw['text']!r}), check {j}") for j, c in enumerate(checks, 1))
-        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path), raw.get("short", ""), float(margin)))
+        cells = _cells_spec(raw["cells"], f"{where} ({raw['text']!r}), cells") if "cells" in raw else None
+        claims.append(ClaimSpec(raw["text"], raw["source"], specs, str(path), raw.get("short", ""), float(margin), cells))
     return claims
 
 
