@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cirbench.report.analysis.leaderboard import (
-    ANSWERS, BEST, BETTER, MARKS, PERFECT_FILTER, WORSE, LeaderCell, Leaderboard, LeaderRow,
+    ANSWERS, BEST, BETTER, DEFAULT_BOARD, MARKS, PERFECT_FILTER, TUNED_BOARD, WORSE, LeaderCell, Leaderboard, LeaderRow,
 )
 from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.analysis.numbers import LAST_EPOCH, flagged_shares, format_percent, format_points, rate_label
@@ -21,9 +21,19 @@ def _named(row: LeaderRow, cell: LeaderCell, gain: float | None = None) -> str:
     return name if gain is None else f"{name} ({format_points(gain)} {MARKS[cell.versus]})"
 
 
+BOARD_WORDS: dict[str, str] = {
+    DEFAULT_BOARD: "**Who wins at the defaults** (the default leaderboard: every method at its default hyperparameters)",
+    TUNED_BOARD: "**Who wins tuned** (the tuned leaderboard: each method at the trial its sweep picked on the held-out split)",
+}
+"""How the answers' intro names its leaderboard (:attr:`Leaderboard.name`) where a setting has two."""
+
+
 def answers_intro(board: Leaderboard) -> str:
-    """The line above the answers: what they compare, on which number, by which rule."""
-    return (f"**Who wins** on {board.metric} against `{board.baseline}`, in points, by the marks' rule (both 95% "
+    """The line above the answers: which leaderboard they read (where a setting has two), what
+    they compare, on which number, by which rule."""
+    who = BOARD_WORDS.get(board.name, "**Who wins**")
+    against = f"`{board.baseline}`" + (" at its picked trial" if board.name == TUNED_BOARD else "")
+    return (f"{who} on {board.metric} against {against}, in points, by the marks' rule (both 95% "
             "intervals on one side of 0):")
 
 

@@ -74,6 +74,8 @@ MARKS: dict[str, str] = {key: answer.mark for key, answer in ANSWERS.items()}
 
 RANKED, PERFECT_FILTER, BOUND_ROW, REFERENCE_ROW = "ranked", "perfect filter", "bound", "reference"
 BEST, TIED = "best", "tied"
+DEFAULT_BOARD, TUNED_BOARD = "defaults", "tuned"
+"""The names of a setting's two leaderboards (:attr:`Leaderboard.name`) where it has both."""
 Judge = Callable[[str, Sequence[Term]], Check]
 """The claims' comparison of ``terms > 0`` (:func:`~cirbench.report.analysis.claims.recall_judge`)."""
 
@@ -144,6 +146,11 @@ class Leaderboard:
     """``zero_shot``'s claims' metric (NaN without that row)."""
     queries: str = ""
     """How many validation queries the recall is measured on, as text (empty when not stored)."""
+    name: str = ""
+    """Which leaderboard it is where a setting has two: ``defaults`` (every method at its
+    defaults) or ``tuned`` (each at its picked trial, :mod:`cirbench.report.analysis.tuned`);
+    empty where the setting has one. The answers' intro names it (the first screen says which
+    leaderboard a line reads)."""
 
     @property
     def ranked(self) -> list[LeaderRow]:

@@ -247,15 +247,14 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
         all_rates, seeds = sorted(group.noise_rate.unique()), sorted(group.seed.unique())
         oracles = set(group.method[group.is_oracle.fillna(False).astype(bool)])
         own_rates_only = oracles | set(group.method[group.method.str.contains(":")])
-        trials = group[group.method.str.fullmatch(TRIAL_LABEL.pattern)]
-        sweep_seeds = trials.groupby(trials.method.str.extract(TRIAL_LABEL)["method"]).seed.unique()
+        swept = sweep_seeds(group)
         variants = group[group.method.str.contains(":") & ~group.method.str.fullmatch(TRIAL_LABEL.pattern)]
         ablation_seeds = variants.groupby(variants.method.str.split(":").str[0]).seed.unique()
         expected = [  # a sweep's trials, an ablation's variants at the seeds their grid ran (either may run fewer)
             (method, rate, seed)
             for method, rows in group.groupby("method")
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
-            for seed in _expected_seeds(method, seeds, sweep_seeds, ablation_seeds)
+            for seed in _expected_seeds(method, float(rate), seeds, swept, ablation_seeds, rows)
             if not (method in oracles and rate == 0.0)
         ]
         for method, rate, seed in expected:
@@ -266,12 +265,35 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).sort_values(CELL_COLUMNS).reset_index(drop=True)
 
 
-def _expected_seeds(method: str, seeds: list, sweep_seeds: pd.Series, ablation_seeds: pd.Series) -> list:
-    """The seeds ``method`` is expected at: a sweep trial's, its method's trials' seeds; an ablation
-    variant's (``name:variant``), the seeds of any variant of ``name`` (its grid's); any other, ``seeds``."""
+def sweep_seeds(runs: pd.DataFrame) -> dict[tuple[str, float], list[int]]:
+    """The seeds a sweep ran each (method, noise rate) of ``runs`` (a ``runs`` table) at: those
+    where the method has two or more trial labels (``<method>:trial<k>``) at that rate, or the
+    most it has anywhere (a sweep of two trials has one). A picked trial re-run on further
+    seeds (a sweep's ``tuned_seeds``, docs/selection.md) adds one label there, not a sweep: its
+    other trials are not expected at those seeds."""
+    labels = runs.method.astype(str)
+    trials = runs[labels.str.fullmatch(TRIAL_LABEL.pattern)]
+    if trials.empty:
+        return {}
+    base = trials.method.astype(str).str.extract(TRIAL_LABEL)["method"]
+    counts = trials.assign(base=base).groupby(["base", "noise_rate", "seed"]).method.nunique()
+    found: dict[tuple[str, float], list[int]] = {}
+    for (method, rate), block in counts.groupby(level=[0, 1]):
+        top = block.max()
+        found[(str(method), float(rate))] = sorted(int(key[2]) for key, n in block.items() if n == top or n >= 2)
+    return found
+
+
+def _expected_seeds(method: str, rate: float, seeds: list, swept: dict[tuple[str, float], list[int]],
+                    ablation_seeds: pd.Series, rows: pd.DataFrame) -> list:
+    """The seeds ``method`` is expected at, at ``rate``: a sweep trial's, the seeds its sweep
+    ran at that rate (:func:`sweep_seeds`) and those it ran at itself (a picked trial's further
+    seeds); an ablation variant's (``name:variant``), the seeds of any variant of ``name`` (its
+    grid's); any other, ``seeds``. ``rows``: the method's runs."""
     trial = TRIAL_LABEL.fullmatch(method)
     if trial:
-        return sorted(sweep_seeds[trial["method"]])
+        own = rows.loc[rows.noise_rate.astype(float) == rate, "seed"]
+        return sorted(set(swept.get((trial["method"], rate), [])) | {int(s) for s in own})
     if ":" in method:
         return sorted(ablation_seeds[method.split(":", 1)[0]])
     return seeds
