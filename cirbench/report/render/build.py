@@ -10,7 +10,9 @@ from cirbench.report.analysis.published import load_published
 from cirbench.report.render.cells_csv import write_final_metrics, write_selected_metrics, write_table
 from cirbench.report.render.content import assemble
 from cirbench.report.render.html import render_html
-from cirbench.report.render.leaderboard_render import LEADERBOARD_FILES, leaderboard_frame, leaderboard_tex
+from cirbench.report.render.leaderboard_render import (
+    LEADERBOARD_FILES, TUNED_LEADERBOARD_FILE, leaderboard_frame, leaderboard_tex, tuned_frame,
+)
 from cirbench.report.render.markdown import render_markdown
 from cirbench.results.atomic import atomic_write
 
@@ -21,7 +23,8 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
     Writes ``<output>/<dataset>_<backbone>_<protocol>/*.png``, the setting's tables of cells
     (``final_metrics.csv`` and ``selected_metrics.csv``, :mod:`cirbench.report.render.cells_csv`)
     and its leaderboard (``leaderboard.csv`` and ``leaderboard.tex``,
-    :mod:`cirbench.report.render.leaderboard_render`) per setting, ``report.md``
+    :mod:`cirbench.report.render.leaderboard_render`; ``tuned_leaderboard.csv`` where it has a
+    tuned leaderboard) per setting, ``report.md``
     (linking those PNGs) and a self-contained ``index.html`` (embedding them). Figure folders
     of settings no longer in the results are left alone; a setting's folder is rewritten
     whole, so figures that no longer apply do not linger. FashionIQ and CIRR settings get the
@@ -37,7 +40,7 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
     for setting in data.settings:
         folder = output / setting.slug
         if folder.is_dir():
-            for stale in [*folder.glob("*.png"), *(folder / name for name in LEADERBOARD_FILES)]:
+            for stale in [*folder.glob("*.png"), *(folder / name for name in (*LEADERBOARD_FILES, TUNED_LEADERBOARD_FILE))]:
                 stale.unlink(missing_ok=True)
     content = assemble(data, output, numbers)
     for section in content.sections:
@@ -48,6 +51,8 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
             csv, tex = LEADERBOARD_FILES
             write_table(leaderboard_frame(section.leaderboard), folder / csv)
             _write_text(folder / tex, leaderboard_tex(section.leaderboard))
+        if section.tuned is not None:
+            write_table(tuned_frame(section.tuned), folder / TUNED_LEADERBOARD_FILE)
     markdown = render_markdown(content, output)
     page = render_html(content)
     _write_text(output / "report.md", markdown)

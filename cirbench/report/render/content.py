@@ -15,15 +15,17 @@ from cirbench.report.analysis.calibration import parity_lines, room_lines
 from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims, recall_judge
 from cirbench.report.analysis.glance import at_a_glance
 from cirbench.report.analysis.kept_worth import kept_worth
-from cirbench.report.analysis.leaderboard import Leaderboard, build_leaderboard, first_screen
+from cirbench.report.analysis.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.load import ReportData, Setting
 from cirbench.report.analysis.significance import DEFAULT_MARGIN
 from cirbench.report.analysis.selection import rule_view
+from cirbench.report.analysis.tuned import TunedBoard, tuned_board
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.figures.forest import claims_forest
 from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.figures.kept_figure import kept_figure
 from cirbench.report.figures.setting_figures import all_figures
+from cirbench.report.tables.claim_cells import claim_cells_tables
 from cirbench.report.tables.comparison import ablation_table, gain_table, purity_table, recall_table
 from cirbench.report.tables.kept_worth import decomposition_table, noise_type_table
 from cirbench.report.tables.model import TableModel
@@ -61,6 +63,8 @@ class Section:
     """What a kept set is worth (:func:`kept_section`): the chart, the tables, or a line."""
     context: list[str] = field(default_factory=list)
     """The lines above the leaderboard: what the data are, the noise, the sizes, what blank cells mean."""
+    tuned: TunedBoard | None = None
+    """The tuned leaderboard beside the default one, where a sweep's picks ran on more seeds."""
 
 
 @dataclass
@@ -155,6 +159,10 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                                 claims_selection(setting), room_lines(read) + parity_lines(read),
                                 claims_forest(claims, output / setting.slug, metric), board, lead,
                                 kept_section(setting, output / setting.slug), first_screen(setting, board)))
+        sections[-1].tuned = tuned_board(setting, board)  # docs/selection.md#the-tuned-leaderboard
+        sections[-1].tables += claim_cells_tables(read)
+        if sections[-1].tuned is not None and board is not None:
+            board.name = DEFAULT_BOARD
     n_runs = sum(len(s.runs) for s in data.settings)
     n_kept = sum(len(s.kept_sets.runs) for s in data.settings if s.kept_sets is not None)
     kept = f" and {n_kept} kept-set cell(s)" if n_kept else ""

@@ -20,10 +20,11 @@ from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
-    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
+    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor, tuned_anchor,
+    tuned_title,
 )
 from cirbench.report.render.layout import NOTE
-from cirbench.report.render.leaderboard_render import leaderboard_html, legend
+from cirbench.report.render.leaderboard_render import leaderboard_html, legend, tuned_legend
 from cirbench.report.render.table_text import to_html
 
 STYLE = """
@@ -194,6 +195,13 @@ def render_html(content: ReportContent) -> str:
                     f'<p class="terms">{prose(terms_line(board))}</p>',
                     *(f'<p class="context">{prose(line)}</p>' for line in section.context),
                     f'<p class="legend">{prose(legend(section.leaderboard))}</p>', leaderboard_html(section.leaderboard)]
+        if section.tuned is not None:
+            tuned = section.tuned
+            out += [f'<h2 class="leaderboard" id="{tuned_anchor(section)}">{html.escape(tuned_title(section))}</h2>',
+                    f'<p class="answers-intro">{prose(answers_intro(tuned.board))}</p>',
+                    '<ul class="answers">' + "".join(f"<li>{prose(line)}</li>" for line in answer_lines(tuned.board)) + "</ul>",
+                    f'<p class="context">{prose(tuned.picks_line())}</p>', f'<p class="context">{prose(tuned.changes_line())}</p>',
+                    f'<p class="legend">{prose(tuned_legend(tuned.board))}</p>', leaderboard_html(tuned.board)]
     out.append(_contents_html(contents(content)))
     for section in content.sections:
         out.append(f'<h2 id="{setting_anchor(section)}">{html.escape(section.setting.describe())}</h2>')

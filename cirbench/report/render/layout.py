@@ -53,6 +53,16 @@ def leaderboard_title(section: Section) -> str:
     return f"Leaderboard: {section.setting.describe()}"
 
 
+def tuned_anchor(section: Section) -> str:
+    """The anchor of a setting's tuned leaderboard."""
+    return f"{setting_anchor(section)}-tuned-leaderboard"
+
+
+def tuned_title(section: Section) -> str:
+    """The heading of a setting's tuned leaderboard."""
+    return f"Tuned leaderboard: {section.setting.describe(section.tuned.board.seeds)}"
+
+
 def parts(section: Section) -> list[Part]:
     """A setting's titled parts in reading order (figures first, then the claims, then words)."""
     base = setting_anchor(section)
@@ -96,6 +106,7 @@ def contents(content: ReportContent) -> list[Entry]:
     entries = []
     for section in content.sections:
         children = [Entry(leaderboard_anchor(section), "Leaderboard")] if section.leaderboard is not None else []
+        children += [Entry(tuned_anchor(section), "Tuned leaderboard")] if section.tuned is not None else []
         children += [Entry(p.anchor, p.title) for p in parts(section)]
         entries.append(Entry(setting_anchor(section), section.setting.describe(), tuple(children)))
     return entries + [Entry(PROBLEMS_ANCHOR, PROBLEMS_TITLE), Entry(PROVENANCE_ANCHOR, PROVENANCE_TITLE)]

@@ -16,10 +16,13 @@ from cirbench.report.analysis.leaderboard import (
 )
 from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
 from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.tuned import TunedBoard
 from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.selection import DEFAULT_RULE
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.tex")
+TUNED_LEADERBOARD_FILE = "tuned_leaderboard.csv"
+"""The tuned leaderboard as data (:func:`tuned_frame`), beside ``leaderboard.csv`` where a setting has one."""
 TEX_MARKS: dict[str, str] = {key: answer.tex for key, answer in ANSWERS.items()}
 BELOW_START_MARK = "§"
 UNRANKED_TITLE = "Not ranked: the perfect filter, the bound and the reference rows (not fine-tuned)"
@@ -49,6 +52,14 @@ def legend(board: Leaderboard) -> str:
            "information real data does not come with."
            if any(TOLD_RATE in row.label for row in board.rows) else "")
     )
+
+
+def tuned_legend(board: Leaderboard) -> str:
+    """The tuned leaderboard's legend (Markdown): what differs from the default one's, which it follows."""
+    pair = f"**{board.metric}**, then {board.recall}" if _shows_recall(board) else f"**{board.metric}**"
+    return (f"Each cell: {pair} of the picked trial's cells, mean ± std over seeds {','.join(map(str, board.seeds))}, "
+            f"{board.epochs}; marks and emphasis as in the default leaderboard, against `{board.baseline}`'s own picked "
+            "trial (both 95% intervals, over seeds and queries, on one side of 0).")
 
 
 def metric_text(cell: LeaderCell) -> str:
@@ -204,6 +215,17 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
                 "metric_below_zero_shot": cell.metric_below_start,
             })
     return pd.DataFrame.from_records(records)
+
+
+def tuned_frame(tuned: TunedBoard) -> pd.DataFrame:
+    """The tuned leaderboard as data: :func:`leaderboard_frame`'s columns, with each ranked
+    cell's picked ``trial`` (0: the defaults) and the ``label`` of its cells (``sprc:trial2``)."""
+    frame = leaderboard_frame(tuned.board)
+    picks = tuned.picks.set_index(["method", "noise_rate"])
+    keys = list(zip(frame.method, frame.noise_rate.astype(float)))
+    frame["trial"] = [int(picks.loc[k, "trial"]) if k in picks.index else pd.NA for k in keys]
+    frame["cells"] = [str(picks.loc[k, "label"]) if k in picks.index else "" for k in keys]
+    return frame
 
 
 def _answer(word: str) -> str:

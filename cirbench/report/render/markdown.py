@@ -15,10 +15,11 @@ from cirbench.report.analysis.room import ROOM_INTRO
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,
-    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor,
+    PROVENANCE_TITLE, ROOM, Entry, Part, contents, leaderboard_anchor, leaderboard_title, parts, setting_anchor, tuned_anchor,
+    tuned_title,
 )
 from cirbench.report.render.layout import NOTE
-from cirbench.report.render.leaderboard_render import leaderboard_markdown, legend
+from cirbench.report.render.leaderboard_render import leaderboard_markdown, legend, tuned_legend
 from cirbench.report.render.table_text import to_markdown
 
 
@@ -102,6 +103,12 @@ def render_markdown(content: ReportContent, output: Path) -> str:
             parts_out += [answers_intro(board), "", *(f"- {line}" for line in answer_lines(board)), "", terms_line(board), ""]
             parts_out += [*(f"{line}\n" for line in section.context)]
             parts_out += [legend(section.leaderboard), "", leaderboard_markdown(section.leaderboard), ""]
+        if section.tuned is not None:
+            tuned = section.tuned
+            parts_out += _heading(2, tuned_anchor(section), tuned_title(section))
+            parts_out += [answers_intro(tuned.board), "", *(f"- {line}" for line in answer_lines(tuned.board)), ""]
+            parts_out += [tuned.picks_line(), "", tuned.changes_line(), ""]
+            parts_out += [tuned_legend(tuned.board), "", leaderboard_markdown(tuned.board, references=False), ""]
     parts_out += _heading(2, CONTENTS_ANCHOR, CONTENTS_TITLE) + _contents_markdown(contents(content)) + [""]
     for section in content.sections:
         parts_out += _heading(2, setting_anchor(section), section.setting.describe())
