@@ -19,7 +19,18 @@ noise = [0, 0.5, 0.8]
 frontier = true             # optional: the kept-set cells of --frontier, --noise-types, --replay
 noise_types = true          # (docs/kept-sets.md)
 replay = ["tme"]
+
+[[grid]]
+kind = "sweep"              # the same trials for every method, picked on the held-out split
+methods = ["sprc", "tme"]
+noise = [0.5, 0.8]
+trials = 6
+seeds = [0]                 # the seed whose held-out split picks each method's trial
+tuned_seeds = [0, 1, 2]     # optional: then each pick re-run on these seeds (the tuned leaderboard)
 ```
+
+A sweep with ``tuned_seeds`` is planned in two steps: its trials, then, once they are done,
+each method's picked trial at each rate on ``tuned_seeds`` (:mod:`cirbench.api.tuned`).
 
 This module reads and checks the file only (no torch, no engine): a bad file is a
 :class:`StudyError` naming the file, the entry and what is wrong, before any work.
@@ -42,12 +53,13 @@ COMMON: dict[str, str] = {
 KINDS: dict[str, dict[str, str]] = {
     "run": {**COMMON, "methods": "strs", "noise": "numbers", "ablate": "strs", "set": "strs", "frontier": "bool",
             "frontier_purity": "numbers", "noise_types": "bool", "replay": "strs"},
-    "sweep": {**COMMON, "methods": "strs", "noise": "numbers", "trials": "int"},
+    "sweep": {**COMMON, "methods": "strs", "noise": "numbers", "trials": "int", "tuned_seeds": "ints"},
     "calibrate": dict(COMMON),
 }
 REQUIRED: dict[str, tuple[str, ...]] = {"run": (), "sweep": ("methods",), "calibrate": ()}
 RANGES: dict[str, tuple[str, Any]] = {
     "seeds": ("every seed >= 0", lambda v: all(x >= 0 for x in v)), "noise": ("every rate in [0, 1)", lambda v: all(0 <= x < 1 for x in v)),
+    "tuned_seeds": ("every seed >= 0, each once", lambda v: all(x >= 0 for x in v) and len(set(v)) == len(v)),
     "epochs": (">= 1", lambda v: v >= 1), "batch_size": (">= 2", lambda v: v >= 2), "trials": (">= 1", lambda v: v >= 1),
     "holdout": ("in [0, 1)", lambda v: 0 <= v < 1), "jobs": (">= 0", lambda v: v >= 0),
     "frontier_purity": ("every purity in (0, 1)", lambda v: all(0 < x < 1 for x in v)),
@@ -126,7 +138,11 @@ def _grid(path: Path, index: int, entry: Any, defaults: dict[str, Any]) -> Study
     if kind == "run" and "methods" not in options and "ablate" not in options:
         raise StudyError(f"{path}: {where}: give methods, ablate or both")
     inherited = {k: v for k, v in defaults.items() if k in KINDS[kind]}
-    return StudyGrid(kind, {**inherited, **options}, where)
+    merged = {**inherited, **options}
+    if "tuned_seeds" in merged and len(merged.get("seeds", [0])) != 1:
+        raise StudyError(f"{path}: {where}: tuned_seeds re-runs the trial each method's sweep picked on one seed's "
+                         f"held-out split: give the sweep one seed (seeds = [0]), not {merged['seeds']!r}")
+    return StudyGrid(kind, merged, where)
 
 
 def load_study(path: Path | str) -> Study:

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from cirbench.api.study import study_grid
+from cirbench.api.tuned import tuned_plan
 from cirbench.backbones.registry import BACKBONES
 from cirbench.data.check import DatasetProblemsError
 from cirbench.data.noise_file import noisy_training
@@ -243,4 +244,23 @@ def plan_study(path: Path | str, plugins: list[Path] | None = None,
     raises (StudyError, GridError, ConfigError, PlanError) before any training."""
     study = load_study(path)
     backbones: dict = {}
-    return [plan_grid(entry.where, study_grid(entry, study, plugins), backbones, announce) for entry in study.grids]
+    plans = []
+    for entry in study.grids:
+        built = study_grid(entry, study, plugins)
+        plans.append(plan_grid(entry.where, built, backbones, announce))
+        if entry.kind == "sweep" and "tuned_seeds" in entry.options:
+            plans += _tuned_plans(entry.where, built, list(entry.options["tuned_seeds"]), backbones, announce)
+    return plans
+
+
+def _tuned_plans(where: str, sweep, seeds: list[int], backbones: dict, announce: Callable[[str], None]) -> list[GridPlan]:
+    """The tuned cells a sweep's ``tuned_seeds`` add (:func:`cirbench.api.tuned.tuned_plan`), a
+    plan per noise rate: the picks made so far, a (method, rate) whose sweep is not done costed
+    as its trial 1 (an upper bound: a pick of the defaults adds no cell)."""
+    plan = tuned_plan(sweep, seeds, provisional=True)
+    plans = []
+    for tuned, note in zip(plan.grids, plan.notes):
+        done = plan_grid(f"{where}, its tuned cells at {tuned.spec.noise_rates[0]:.0%}", tuned, backbones, announce)
+        done.notes.append(note)
+        plans.append(done)
+    return plans

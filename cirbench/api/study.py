@@ -1,18 +1,21 @@
 """A study file run from Python, as ``cirbench study FILE`` runs it: every grid of the study
 (:mod:`cirbench.study`) built as its command would build it from the same options and
 checked first, all of them, then run in order into one results folder (finished cells
-skipped, so a rerun resumes), a calibration grid's checks written after it, and the report
-built last. :class:`StudyRunner` does each step plainly; the command line subclasses it to
+skipped, so a rerun resumes), a calibration grid's checks written after it, a sweep's tuned
+cells (``tuned_seeds``) planned from its results and run after it (:mod:`cirbench.api.tuned`),
+and the report built last. :class:`StudyRunner` does each step plainly; the command line subclasses it to
 show them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cirbench import defaults
 from cirbench.api.grids import Announce, calibration, check, grid, kept_set_fields, run, sweep
 from cirbench.api.reports import check_calibration, write_report
+from cirbench.api.tuned import tuned_plan
 from cirbench.config import parse_overrides
 from cirbench.engine.cell import CellOutcome
 from cirbench.engine.grid import Grid
@@ -76,6 +79,15 @@ class StudyRunner:
         """Run the grid ``jobs`` cells at a time; its outcomes."""
         return run(built, jobs)
 
+    def tuned(self, entry: StudyGrid, built: Grid) -> list[Grid]:
+        """The tuned cells' grids of a sweep entry with ``tuned_seeds``, planned from its
+        results once its cells have run (:func:`cirbench.api.tuned.tuned_plan`); each plan
+        line is announced."""
+        plan = tuned_plan(built, list(entry.options["tuned_seeds"]))
+        for line in plan.notes:
+            self.announce(line)
+        return plan.grids
+
     def calibrate(self, built: Grid) -> bool:
         """Check a calibration grid's results and write calibration.md; whether every target was met."""
         return check_calibration(built).passed
@@ -101,6 +113,11 @@ class StudyRunner:
             done = self.run(entry, built, study.jobs if self.jobs is None else self.jobs)
             if entry.kind == "calibrate":
                 met &= self.calibrate(built)
+            if entry.kind == "sweep" and "tuned_seeds" in entry.options:  # then the picked trials on more seeds
+                for tuned in self.tuned(entry, built):
+                    self.check(tuned)
+                    where = replace(entry, where=f"{entry.where}, its tuned cells at {tuned.spec.noise_rates[0]:.0%}")
+                    done += self.run(where, tuned, study.jobs if self.jobs is None else self.jobs)
             outcomes += done
         if study.report is not None:
             met &= self.report(study)
