@@ -24,7 +24,7 @@ CLI = "cirbench.cli"
 """The command-line sub-package: the top layer, and the only place a function imports ``cirbench``."""
 LAYERS: list[tuple[str, ...]] = [
     # rank 0: shared utilities with no cirbench dependency above them
-    ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.losses",
+    ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.kernels", "cirbench.losses",
      "cirbench.ot", "cirbench.search", "cirbench.study"),
     ("cirbench.data",),
     ("cirbench.backbones",),
