@@ -21,12 +21,12 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
 
 
 def test_each_gpu_worker_gets_its_share_of_the_memory(fake_cuda: list[tuple[float, int]]) -> None:
-    worker._init_worker(1, "cuda", 4)
-    worker._init_worker(1, "cuda:1", 2)
+    worker._init_worker("cuda", 4)
+    worker._init_worker("cuda:1", 2)
     assert fake_cuda == [(0.25, 0), (0.5, 1)]
     assert torch.get_num_threads() == 1
 
 
 def test_cpu_workers_leave_the_gpu_alone(fake_cuda: list[tuple[float, int]]) -> None:
-    worker._init_worker(1, "cpu", 2)
+    worker._init_worker("cpu", 2)
     assert fake_cuda == [] and worker.memory_fraction(0) == 1.0

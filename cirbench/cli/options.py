@@ -22,7 +22,8 @@ ABLATE_HELP = (
     "conesep:no_btu and conesep:no_rcl at --noise 0.2; --ablate hug runs HUG's Table 3 ladder at --noise 0. The "
     "rows and their overrides are printed before the run."
 )
-JOBS_HELP = "Cells at once, one process each (0: two on a CPU with two or more cores, else one; under torchrun one)."
+JOBS_HELP = ("Cells at once, one process each (0: one per usable core on a CPU, each cell on one thread whatever "
+             "the number, so the same numbers; one on a GPU; under torchrun one).")
 
 # Options shared by several commands, declared once.
 Opt = typer.Option

@@ -99,7 +99,7 @@ def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
 def study(
     path: Annotated[Path, typer.Argument(help="A study file (TOML): its grids, their options, the results and report folders.")],
     jobs: Annotated[Optional[int], Opt("--jobs", "-j", envvar="CIRBENCH_JOBS", help="Cells at once (default: the study's jobs, else "
-                             "two on a CPU with two or more cores).")] = None,
+                             "one per usable core on a CPU, one on a GPU).")] = None,
     plugin: Plugins = [],
     plan: Annotated[bool, Opt("--plan", help="Train nothing: resolve every cell, check the data files, the noise and the "
                               "backbone, and print the cells with their estimated cost (FLOP-counted steps).")] = False,

@@ -1,7 +1,10 @@
 """One cell's life, start to finish: under the cell's lock (unless it is complete), the
 dataset and a fresh backbone from the recorded start, the noise injection, the held-out
 split (settled here once and handed to training), training, the collapse and chance checks, the
-``runs`` row and the write of every table; a reference row's evaluation likewise.
+``runs`` row and the write of every table; a reference row's evaluation likewise. A cell
+computes with one thread and deterministic algorithms (:func:`cirbench.kernels.cell_threads`),
+and its ``runs`` row records the CPU and the kernels it computed with
+(:func:`cirbench.kernels.cell_record`).
 
 The grid (:mod:`cirbench.engine.grid`) turns a spec into cells and says which are pending;
 what its cells share (the spec, the store, the loaded dataset, the tower tokens) the
@@ -35,6 +38,7 @@ from cirbench.engine.kept_sets import kept_rows, kept_set_fields, kept_set_train
 from cirbench.engine.resources import CellResources, check_start, pooled_features
 from cirbench.engine.spec import Cell, GridSpec, backbone_label, reference_cells
 from cirbench.engine.train import ProgressFn, TrainResult, train_cell
+from cirbench.kernels import cell_record, cell_threads
 from cirbench.method import method_role
 from cirbench.provenance import git_commit, package_versions
 from cirbench.results.chance import below_chance_reason
@@ -116,6 +120,7 @@ def base_row(spec: GridSpec, cell: Cell, started: dt.datetime) -> dict:
         "n_train": 0, "n_noisy": 0, "epochs": spec.epochs, "started": started.isoformat(),
         "finished": "", "wall_seconds": 0.0, "steps": 0, "model_seconds": 0.0, "seconds_per_step": float("nan"),
         "n_dropped": 0, "dropped_path": "", "checkpoint_path": "", "n_warnings": 0,
+        **cell_record(),  # the CPU, the kernels' instruction set, the threads and the pins (cirbench.kernels)
         **kept_set_fields(cell.kept),  # a kept-set cell: its kind, kept set and source (cirbench.engine.kept_sets)
     }
 
@@ -280,7 +285,8 @@ def one_writer(resources: CellResources, cell: Cell, announce: Announce, work: C
             return CellOutcome(cell, "skipped")
         if verdict:
             return CellOutcome(cell, "locked", error=verdict)
-        return work()
+        with cell_threads():  # the same threads wherever and beside whatever the cell runs
+            return work()
     except OSError as exc:  # writing the results failed (a folder turned read-only, a full disk)
         if isinstance(exc.__context__, KeyboardInterrupt):
             raise exc.__context__ from None

@@ -17,13 +17,17 @@ import torch
 from cirbench.backbones.base import Backbone
 from cirbench.data.base import CIRDataset, ImageSource, TripletSplit
 from cirbench.engine.online import OnlineTokens
+from cirbench.kernels import signature
 
 IMAGE_ROLES = ("reference", "target")
 
 
-def cache_path(cache_dir: Path, dataset: CIRDataset, backbone: Backbone) -> Path:
-    """Where the tokens of ``dataset``'s images under ``backbone``'s tower are cached."""
-    return Path(cache_dir) / "features" / f"{dataset.key}--{backbone.tower_key()}.npy"
+def cache_path(cache_dir: Path, dataset: CIRDataset, backbone: Backbone, device: torch.device | str = "cpu") -> Path:
+    """Where the tokens of ``dataset``'s images under ``backbone``'s tower are cached, as the
+    kernels that compute on ``device`` now write them (:func:`cirbench.kernels.signature`:
+    another thread count, unpinned kernels or another GPU write their own file, so a cell
+    never reads tokens other kernels computed)."""
+    return Path(cache_dir) / "features" / f"{dataset.key}--{backbone.tower_key()}--{signature(str(device))}.npy"
 
 
 def encode_images(backbone: Backbone, dataset: CIRDataset, indices: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -42,7 +46,7 @@ def image_tokens(
 ) -> np.ndarray:
     """Tokens (N_images, P, D) for every image of ``dataset``, from the cache or computed
     now and cached (atomically, so a killed run never leaves a truncated cache)."""
-    path = cache_path(cache_dir, dataset, backbone)
+    path = cache_path(cache_dir, dataset, backbone, device)
     if path.exists():
         try:
             return np.load(path, mmap_mode="r")

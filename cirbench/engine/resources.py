@@ -77,7 +77,7 @@ class CellResources:
             return OnlineTokens(self.dataset(), backbone, workers=spec.decode_workers)
         key = backbone.tower_key()
         if key not in self._tokens:
-            if not cache_path(spec.cache_dir, self.dataset(), backbone).exists():
+            if not cache_path(spec.cache_dir, self.dataset(), backbone, spec.device).exists():
                 announce(f"feature cache: {check_cache_fits(self.dataset(), backbone, spec.cache_dir) / 2**30:.2f} GiB to write")
             with main_process_first():  # under torchrun, rank 0 builds the cache and the others read it
                 self._tokens[key] = image_tokens(self.dataset(), backbone, spec.cache_dir, torch.device(spec.device),

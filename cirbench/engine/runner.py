@@ -4,7 +4,8 @@
 reads), then its cells: here, one after another (also under ``torchrun``, where every rank
 runs each cell together), or ``jobs`` at a time in worker processes
 (:mod:`cirbench.engine.worker`) for the cells :meth:`~cirbench.engine.grid.Grid.pending`
-names. :func:`cirbench.engine.launch.submit` runs them as scheduler jobs instead. Every
+names (every cell on one thread, wherever it runs: :func:`cirbench.kernels.cell_threads`).
+:func:`cirbench.engine.launch.submit` runs them as scheduler jobs instead. Every
 path returns the same outcomes and reports what happens through one callback taking an
 :class:`Event`, which the CLI turns into its progress display.
 """
@@ -25,6 +26,7 @@ from cirbench.engine.resources import refuse_another_start
 from cirbench.engine.reuse import refuse_another_evaluation
 from cirbench.engine.spec import Cell, backbone_label
 from cirbench.engine.worker import default_jobs, run_in_processes
+from cirbench.kernels import cell_threads
 from cirbench.results.locks import live_holder
 
 
@@ -158,6 +160,7 @@ def run_grid(grid: Grid, jobs: int = 1, report: Report = _quiet) -> list[CellOut
     outcomes = run_references(grid, references, report)
     pending = grid.pending() if jobs > 1 and grid.cells else []
     if min(jobs, len(pending)) > 1:
-        grid.resources.prepare_caches(announce=lambda m: report(Event("announce", message=m)))
+        with cell_threads():  # the tokens the cells read, computed as a cell computes them
+            grid.resources.prepare_caches(announce=lambda m: report(Event("announce", message=m)))
         return outcomes + run_pool(grid, grid.cells, pending, jobs, report)
     return outcomes + run_here(grid, grid.cells, report)

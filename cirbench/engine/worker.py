@@ -8,16 +8,21 @@ data, not the method class.
 
 The pool. Several cells of a grid at once, one process each, on one machine.
 
-A small model on a CPU uses two threads poorly: two cells in two single-threaded processes
-finish about a quarter sooner than the same cells one after another with two threads each.
-Each worker builds the grid once from the same :class:`~cirbench.engine.spec.GridSpec` and
-runs its cells with :func:`run_cell_by_id`, which writes each cell's parts to the results
-store atomically; the store is the only coordination, as with the ``--launcher`` jobs.
+Every cell computes with :data:`~cirbench.kernels.CELL_THREADS` intra-op thread wherever it
+runs (:func:`~cirbench.kernels.cell_threads`: a reduction split over more threads adds in
+another order, so a thread count that followed ``--jobs`` or the machine's cores changed the
+numbers); the cores are kept busy by cells side by side instead: ``--jobs`` defaults to one
+process per usable core on a CPU (a small model on a CPU uses two threads poorly anyway: two
+cells in two single-threaded processes finish about a quarter sooner than the same cells one
+after another with two threads each). Each worker builds the grid once from the same
+:class:`~cirbench.engine.spec.GridSpec` and runs its cells with :func:`run_cell_by_id`, which
+writes each cell's parts to the results store atomically; the store is the only
+coordination, as with the ``--launcher`` jobs.
 Caches (data, pre-trained weights, tower tokens) must exist before the workers start, so
 that they only read them: the caller runs the reference rows first.
 
-On a GPU (``--device cuda --jobs N``) the N workers share the device: each gets the same
-share of the CPU cores for its threads and at most ``1/N`` of the GPU's memory
+On a GPU (``--device cuda --jobs N``) the N workers share the device: each computes on the
+CPU with the same one thread and may allocate at most ``1/N`` of the GPU's memory
 (``torch.cuda.set_per_process_memory_fraction``), so a cell that needs more than its share
 fails alone with an out-of-memory error naming it, instead of starving the cells beside it.
 """
@@ -35,6 +40,7 @@ import torch
 from cirbench.engine.cell import run_cell
 from cirbench.engine.grid import Grid
 from cirbench.engine.spec import GridSpec
+from cirbench.kernels import CELL_THREADS
 
 _built: list[tuple[GridSpec, Grid]] = []
 """The grid this process built, with the spec it was built from (at most one)."""
@@ -55,9 +61,18 @@ def run_cell_by_id(spec: GridSpec, run_id: str, announce: Callable[[str], None])
     return run_cell(grid.resources, grid.cell(run_id), progress=lambda info: None, announce=announce).record()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_jobs(device: str) -> int:
-    """Cells at once when not told: two on a CPU with two or more cores, else one."""
-    return 2 if device == "cpu" and (os.cpu_count() or 1) >= 2 else 1
+    """Cells at once when not told: one per usable core on a CPU (each cell computes with one
+    thread, :data:`~cirbench.kernels.CELL_THREADS`), one on a GPU."""
+    return max(1, usable_cores() // CELL_THREADS) if device == "cpu" else 1
 
 
 def memory_fraction(jobs: int) -> float:
@@ -65,8 +80,8 @@ def memory_fraction(jobs: int) -> float:
     return 1.0 / max(1, jobs)
 
 
-def _init_worker(threads: int, device: str, jobs: int) -> None:
-    torch.set_num_threads(threads)
+def _init_worker(device: str, jobs: int) -> None:
+    torch.set_num_threads(CELL_THREADS)  # each cell sets it again (cirbench.kernels.cell_threads)
     if device.startswith("cuda") and torch.cuda.is_available():
         index = torch.device(device).index
         torch.cuda.set_per_process_memory_fraction(memory_fraction(jobs), torch.cuda.current_device() if index is None else index)
@@ -77,12 +92,11 @@ def _run_one(spec: GridSpec, run_id: str) -> dict[str, Any]:
 
 
 def run_in_processes(spec: GridSpec, run_ids: list[str], jobs: int) -> Iterator[dict[str, Any]]:
-    """Run the cells ``run_ids`` of ``spec``'s grid, ``jobs`` at a time, each process with
-    an equal share of the cores; yields each cell's outcome (``run_id``, ``status``,
-    ``error``, ``final``) as it ends. A worker that dies is reported as a failed cell."""
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    """Run the cells ``run_ids`` of ``spec``'s grid, ``jobs`` at a time, each process on
+    :data:`~cirbench.kernels.CELL_THREADS` thread; yields each cell's outcome (``run_id``,
+    ``status``, ``error``, ``final``) as it ends. A worker that dies is reported as a failed cell."""
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads, spec.device, jobs)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(spec.device, jobs)) as pool:
         futures = {pool.submit(_run_one, spec, run_id): run_id for run_id in run_ids}
         try:
             for future in as_completed(futures):

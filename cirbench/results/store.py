@@ -52,6 +52,13 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("package_versions", pa.string()),
         ("torch_version", pa.string()),
         ("device", pa.string()),
+        # the kernels that computed the cell (cirbench.kernels.cell_record; "" and 0 in runs written before them): the
+        # CPU's model name, ATen's instruction set (what torch reports), torch's intra-op threads, and JSON of what each
+        # library computed with ({"aten", "mkl", "onednn", "openblas", "numpy", "deterministic", "pinned"})
+        ("cpu_model", pa.string()),
+        ("cpu_isa", pa.string()),
+        ("threads", pa.int64()),
+        ("kernels", pa.string()),
         ("start_key", pa.string()),  # Backbone.start_key: the weights the fine-tune started from ("" before it was recorded)
         ("dataset_key", pa.string()),
         ("noise_manifest_hash", pa.string()),
@@ -144,7 +151,8 @@ _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries":
                                 "start_key": "", "holdout": 0.0, "n_holdout": 0, "role": "",
                                 "reads_noise_rate": False, "metrics_version": "1", "kept_set": "",
                                 "kept_set_purity": float("nan"), "kept_set_noise_type": "", "kept_set_source": "",
-                                "kept_set_source_sha256": "", "kept_set_source_decisions": ""}
+                                "kept_set_source_sha256": "", "kept_set_source_decisions": "",
+                                "cpu_model": "", "cpu_isa": "", "threads": 0, "kernels": ""}
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
