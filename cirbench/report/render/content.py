@@ -17,6 +17,7 @@ from cirbench.report.analysis.glance import at_a_glance
 from cirbench.report.analysis.kept_worth import kept_worth
 from cirbench.report.analysis.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.load import ReportData, Setting
+from cirbench.report.analysis.machines import machine_lines
 from cirbench.report.analysis.significance import DEFAULT_MARGIN
 from cirbench.report.analysis.selection import rule_view
 from cirbench.report.analysis.tuned import TunedBoard, tuned_board
@@ -90,6 +91,7 @@ def _provenance(data: ReportData) -> list[str]:
             values = sorted({str(v) for v in runs[column].dropna() if str(v)})
             if values:
                 lines.append(f"{name}: {', '.join(values)}")
+        lines.extend(machine_lines(runs))  # the CPUs and kernels the runs were computed with (issue 77)
         lines.extend(_starts(runs))
         lines.extend(_holdout_shares(runs))
         versions = runs.groupby("method").method_version.agg(lambda v: ",".join(sorted(set(map(str, v)))))
