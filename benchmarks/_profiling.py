@@ -7,6 +7,8 @@ operators (registered on import)."""
 
 from __future__ import annotations
 
+import cirbench  # noqa: F401  (first: its kernel pins act before torch and numpy load, as in a cell's process)
+
 import subprocess
 import sys
 import time

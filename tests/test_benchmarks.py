@@ -82,3 +82,12 @@ def test_backbone_cost_times_each_methods_step(scripts, tmp_path: Path, capsys) 
     capsys.readouterr()
     rows = json.loads((tmp_path / "cost.json").read_text())["rows"]
     assert [r["method"] for r in rows] == ["sprc", "tme"] and all(r["seconds_per_step"] > 0 for r in rows)
+
+
+def test_pins_cost_prints_the_ratio_of_a_pinned_cell_to_an_unpinned_one(scripts, cache_dir: Path, capsys) -> None:
+    scripts("pins_cost").main(["--dataset", "shapes-mini", "--epochs", "1", "--max-steps", "2", "--rounds", "1",
+                               "--cache-dir", str(cache_dir)])
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("sprc 0.5 round 1 pinned:") and "pinned True" in line for line in out)
+    assert any(line.startswith("sprc 0.5 round 1 unpinned:") and "pinned False" in line for line in out)
+    assert any(line.startswith("sprc 0.5 pinned / unpinned: wall ") for line in out)
