@@ -116,7 +116,7 @@ class TunedBoard:
     kept: list[str] = field(default_factory=list)
 
     def picks_line(self) -> str:
-        """The picks in words, per rate: ``50%: sprc trial 2 (lr=0.0012), tme the defaults; ...``."""
+        """The picks in words, per rate: ``50%: <a method> trial 2 (lr=0.0012), <another> the defaults; ...``."""
         parts = []
         for rate, block in self.picks.groupby("noise_rate"):
             named = [f"`{p.method}` " + ("the defaults" if p.trial == 0 else f"trial {p.trial} ({p.changed})")

@@ -219,7 +219,7 @@ def leaderboard_frame(board: Leaderboard) -> pd.DataFrame:
 
 def tuned_frame(tuned: TunedBoard) -> pd.DataFrame:
     """The tuned leaderboard as data: :func:`leaderboard_frame`'s columns, with each ranked
-    cell's picked ``trial`` (0: the defaults) and the ``label`` of its cells (``sprc:trial2``)."""
+    cell's picked ``trial`` (0: the defaults) and the ``label`` of its cells (``<method>:trial2``)."""
     frame = leaderboard_frame(tuned.board)
     picks = tuned.picks.set_index(["method", "noise_rate"])
     keys = list(zip(frame.method, frame.noise_rate.astype(float)))

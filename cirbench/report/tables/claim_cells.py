@@ -1,9 +1,9 @@
 """A claim's cells side by side: for a claim whose file declares ``[claim.cells]``
 (:class:`~cirbench.report.analysis.claim_files.CellsSpec`), one table of those cells, a row per
 declared row at each noise rate where any of them ran, a column per declared column, each the
-headline mean ± std over seeds at the claims' epoch. The shipped claim "SSN's lead at 80%
-survives sprc's temperature" declares SSN and ``sprc`` each at each other's temperature: the
-four cells whose two differences the claim checks (``docs/ssn.md``)."""
+headline mean ± std over seeds at the claims' epoch. The shipped claim on SSN's lead at 80%
+declares SSN and the baseline each at each other's temperature: the four cells whose two
+differences the claim checks (the SSN method page reads them)."""
 
 from __future__ import annotations
 
