@@ -205,7 +205,7 @@ def test_the_claim_cells_set_each_method_at_each_temperature_side_by_side(settin
     from cirbench.report.analysis.selection import rule_view
 
     (table,) = claim_cells_tables(rule_view(setting, "holdout").setting)
-    assert table.columns == ["at sprc's temperature (0.07)", "at SSN's temperature (0.01)"]
+    assert table.columns == ["at sprc's temperature (logit scale 14.3)", "at SSN's temperature (logit scale 100)"]
     assert [(noise, name) for noise, name, _ in table.rows] == [("50%", "ssn"), ("", "sprc"), ("80%", "ssn"), ("", "sprc")]
     means = setting.selection.groupby(setting.runs.set_index("run_id").method).holdout.mean()
     stats = setting.runs.assign(h=setting.runs.run_id.map(setting.selection.holdout)).groupby(["method", "noise_rate"]).h.mean()
@@ -223,8 +223,8 @@ def test_the_temperature_claim_compares_the_methods_at_one_temperature_each(sett
     claim = paper_claims(setting, n_resamples=300)[-1]
     assert claim.short == "ssn's lead survives sprc's temperature"
     labels = [c.label for c in claim.checks]
-    assert labels == ["at sprc's temperature (0.07): ssn:sprc_temperature - sprc at 80%",
-                      "at SSN's temperature (0.01): ssn - sprc:fixed_temperature at 80%"], labels
+    assert labels == ["at sprc's temperature (logit scale 14.3): ssn:sprc_temperature - sprc at 80%",
+                      "at SSN's temperature (logit scale 100): ssn - sprc:fixed_temperature at 80%"], labels
     at_sprcs, at_ssns = claim.checks
     assert at_ssns.verdict == "holds" and at_sprcs.verdict != "holds" and claim.verdict != "holds"
 
