@@ -55,14 +55,13 @@ from sklearn.cluster import DBSCAN
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.config import late_field
-from cirbench.losses import per_sample_robust_contrastive
+from cirbench.losses import RCLGuard, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
 
 History = Literal["sample", "batch_position"]
 KLArguments = Literal["named", "release"]
-RCLClamp = Literal["one_minus", "probability"]
-RELEASE_PROBABILITY_EPS = 1e-7  # robust_infoNCE clamps p to [1e-7, 1 - 1e-7]
+RCLClamp = RCLGuard
 TINY = 1e-12  # guards the transition rates against an anchor with zero mutual information
 NEVER = np.iinfo(np.int64).min  # the epoch of a sample never seen: no epoch is one after it
 
@@ -195,11 +194,7 @@ def rcl_rows(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus
     :func:`cirbench.losses.per_sample_robust_contrastive` (``1 - p`` clamped at 1e-6);
     ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as ``robust_infoNCE`` does
     (a saturated off-diagonal entry then costs ``-log 1e-7``, not ``-log 1e-6``)."""
-    if clamp == "one_minus":
-        return per_sample_robust_contrastive(sim, temperature)
-    p = F.softmax(sim / temperature, dim=1).clamp(RELEASE_PROBABILITY_EPS, 1.0 - RELEASE_PROBABILITY_EPS)
-    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
-    return -(torch.log(1.0 - p) * off_diagonal).sum(1)
+    return per_sample_robust_contrastive(sim, temperature, guard=clamp)
 
 
 def soft_margin_loss(sim: torch.Tensor, labels: torch.Tensor, margin: float) -> torch.Tensor:

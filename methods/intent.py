@@ -41,7 +41,7 @@ on; the parity harness (``benchmarks/parity/intent.py``) checks them against the
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import math
 from dataclasses import dataclass
@@ -52,7 +52,7 @@ from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.config import late_field
-from cirbench.losses import robust_contrastive
+from cirbench.losses import RCLGuard, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.search import Distribution, LogUniform
 
@@ -60,8 +60,7 @@ RELEASE_WARMUP_SHARE = 2 / 20
 """The release's warm-up: 2 of its 20 epochs (``--warm_up 2``)."""
 RELEASE_WARMUP_EPOCHS = 2
 """``--warm_up``'s default: the release's warm-up in epochs, whatever the run's length."""
-RCLClamp = Literal["one_minus", "probability"]
-RELEASE_PROBABILITY_EPS = 1e-7  # robust_infoNCE clamps p to [1e-7, 1 - 1e-7]
+RCLClamp = RCLGuard
 
 
 @dataclass
@@ -167,11 +166,7 @@ def rcl_loss(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus
     """``L_stu``, RCL: ``one_minus`` is :func:`cirbench.losses.robust_contrastive` (``1 - p``
     clamped at 1e-6); ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as the
     release's ``robust_infoNCE`` does (a saturated off-diagonal entry costs ``-log 1e-7``)."""
-    if clamp == "one_minus":
-        return robust_contrastive(sim, temperature)
-    p = F.softmax(sim / temperature, dim=1).clamp(RELEASE_PROBABILITY_EPS, 1.0 - RELEASE_PROBABILITY_EPS)
-    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
-    return -(torch.log(1.0 - p) * off_diagonal).sum() / sim.shape[0]
+    return robust_contrastive(sim, temperature, guard=clamp)
 
 
 def credibility(sim: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -182,13 +182,10 @@ def gmm_clean_posterior(
 def robust_rows(sim: torch.Tensor, temperature: torch.Tensor | float, clamp: str = "port") -> torch.Tensor:
     """Each row's RCL term ``-sum_{j != i} log(1 - p_ij)`` (B,) of a square ``sim``, with
     ``p = softmax(sim / temperature)``; ``clamp`` picks the guard (:attr:`TMEConfig.rcl_clamp`)."""
-    if clamp == "port":
-        return per_sample_robust_contrastive(sim, temperature)
-    if clamp != "release":
+    guards = {"port": "one_minus", "release": "probability"}
+    if clamp not in guards:
         raise ValueError(f"tme: rcl_clamp must be 'port' or 'release', got {clamp!r}")
-    p = F.softmax(sim / temperature, dim=1).clamp(1e-7, 1.0 - 1e-7)
-    off_diagonal = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
-    return -(torch.log(1.0 - p) * off_diagonal).sum(1)
+    return per_sample_robust_contrastive(sim, temperature, guard=guards[clamp])
 
 
 def rcl_term(sim: torch.Tensor, temperature: torch.Tensor | float, rows: torch.Tensor | None = None,

@@ -52,7 +52,6 @@ from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.config import build_config
-from cirbench.losses import robust_contrastive
 from cirbench_methods import conesep as port
 
 from . import harness

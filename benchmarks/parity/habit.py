@@ -21,7 +21,6 @@ the fake model returning the release's own loss terms of the main forward.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 import warnings

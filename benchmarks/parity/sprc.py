@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch
