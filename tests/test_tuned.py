@@ -70,7 +70,8 @@ def write_cell(store: ResultsStore, label: str, rate: float, seed: int, val: flo
     write_key(store, CellKey(f"{label.replace(':', '_')}-{rate:g}-s{seed}", label, *SETTING, rate, seed), val, held, config)
 
 
-def write_tuned_study(root: Path, tuned_seeds: tuple[int, ...] = SEEDS, temperature: bool = True) -> None:
+def write_tuned_study(root: Path, tuned_seeds: tuple[int, ...] = SEEDS, temperature: bool = True,
+                      trials: tuple[int, ...] = (1, 2)) -> None:
     """The headline cells of sprc, tme, ssn and the perfect filter at 50% and 80% on seeds 0-2,
     a sweep of three trials on seed 0 (trial 0 the headline cell), the picked trial (trial 2
     of sprc and tme; ssn's defaults) on ``tuned_seeds``, the SSN temperature grid's cells and
@@ -82,7 +83,7 @@ def write_tuned_study(root: Path, tuned_seeds: tuple[int, ...] = SEEDS, temperat
                 write_cell(store, method, rate, seed, val, _held(method, 0) if method != "oracle" else 0.6, CONFIGS[0])
     for method in ("sprc", "tme", "ssn"):
         for rate in RATES:
-            for trial in (1, 2):
+            for trial in trials:
                 seeds = tuned_seeds if trial == 2 and method != "ssn" else (0,)
                 for seed in seeds:
                     write_cell(store, f"{method}:trial{trial}", rate, seed, _val(method, trial, rate), _held(method, trial),
@@ -182,6 +183,18 @@ def test_no_tuned_leaderboard_before_the_picks_ran_on_more_seeds(tmp_path: Path)
     (setting,) = load_results(root).settings
     assert tuned_board(setting, None, n_resamples=100) is None
     assert tuned_table(setting) is not None  # the sweep alone: its one-seed picks
+
+
+def test_a_sweep_of_two_trials_has_its_tuned_leaderboard_too(tmp_path: Path) -> None:
+    """With one trial label per method, the pick re-run on seeds 1-2 looks like a sweep there
+    (the Tuned table picks on those seeds too): the leaderboard still reads the pick of seed 0."""
+    root = tmp_path / "results"
+    write_tuned_study(root, temperature=False, trials=(2,))
+    (setting,) = load_results(root).settings
+    assert sweep_seeds(setting.runs)[("sprc", 0.5)] == list(SEEDS)
+    tuned = tuned_board(setting, None, n_resamples=100)
+    assert tuned is not None and tuned.board.seeds == list(SEEDS) and set(tuned.picks.seed) == {0}
+    assert dict(zip(tuned.picks.method, tuned.picks.trial)) == {"sprc": 2, "ssn": 0, "tme": 2}
 
 
 def test_the_report_shows_the_tuned_leaderboard_beside_the_default_and_the_claim_cells(study: Path, tmp_path: Path) -> None:

@@ -88,7 +88,8 @@ def tuned_plan(sweep: Grid, seeds: list[int], provisional: bool = False) -> Tune
                                sweep.discovery))
         words = [f"{m} " + ("the defaults (the headline grid's cells)" if t == 0 else f"trial {t}")
                  + (" (not picked yet: costed as trial 1)" if (m, float(rate)) in plan.waiting else "") for m, t in picked]
-        plan.notes.append(f"tuned cells at {rate_label(float(rate))} on seeds {','.join(map(str, extra))}: {', '.join(words)}")
+        on = f"seed{'s' * (len(extra) > 1)} {','.join(map(str, extra))}"
+        plan.notes.append(f"tuned cells at {rate_label(float(rate))} on {on}: {', '.join(words)}")
     if plan.waiting and not provisional:
         plan.notes.append("not picked yet (the sweep's cells are not all complete): "
                           + ", ".join(f"{m} at {rate_label(r)}" for m, r in plan.waiting)

@@ -200,17 +200,16 @@ def tuned_board(setting: Setting, default: Leaderboard | None = None, n_resample
                 seed: int = 0) -> TunedBoard | None:
     """The tuned leaderboard of ``setting`` (see the module docstring) beside ``default`` (its
     default leaderboard, which the changed answers are read against); None without a sweep
-    of its baseline, or before any picked trial but the defaults has run on a seed its sweep
-    did not (the tuned cells of a sweep's ``tuned_seeds``)."""
+    of its baseline, or while every pick but the defaults has cells on one seed only (before
+    the tuned cells of a sweep's ``tuned_seeds`` have run)."""
     picks = picked_trials(setting)
     baseline = setting.role(BASELINE)
     if picks.empty or baseline not in set(picks.method):
         return None
-    swept = sweep_seeds(setting.runs)
     runs = setting.runs
-    rerun = [set(runs.loc[(runs.method == p.label) & (runs.noise_rate.astype(float) == float(p.noise_rate)), "seed"].astype(int))
-             - set(swept.get((p.method, float(p.noise_rate)), [])) for p in picks.itertuples(index=False) if p.trial]
-    if rerun and not any(rerun):
+    seeds = [set(runs.loc[(runs.method == p.label) & (runs.noise_rate.astype(float) == float(p.noise_rate)), "seed"])
+             for p in picks.itertuples(index=False) if p.trial]
+    if seeds and all(len(found) < 2 for found in seeds):
         return None  # the sweep alone: its picks have one seed each (the Tuned table shows them)
     board = build_leaderboard(_tuned_setting(setting, picks), n_resamples, seed)
     if board is None:
