@@ -305,7 +305,7 @@ def test_target_matrix_zeros_gives_a_constant_loss_without_gradient(backbone_sta
 
 
 def test_ot_switches(backbone_state, monkeypatch) -> None:
-    import cirbench_methods.conesep as module
+    import cirbench_methods._conesep_math as module  # where the plugin's unlearning terms call it
 
     calls = []
     real_plan = module.transport_plan
@@ -443,7 +443,7 @@ def test_unlearning_logits_follow_eq12_as_printed(backbone_state, monkeypatch) -
     """Eq. 12's logits are the similarities themselves (as printed; the release feeds
     ``[softmax(s / tau) | s_neg^T]`` instead, ``ul_loss = release``); ``ul_temperature``
     divides them by tau; ``label_softmax`` is the release's extra softmax of Y."""
-    import cirbench_methods.conesep as module
+    import cirbench_methods._conesep_math as module  # where the plugin's unlearning terms call it
 
     seen = []
     real = module.unlearning_loss
