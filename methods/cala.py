@@ -47,7 +47,7 @@ from torch import nn
 from cirbench.backbones.base import TextBatch, max_token_similarity
 from cirbench.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, Uniform
+from cirbench.search import Distribution, LogUniform, Uniform
 
 
 Query = Literal["composed", "release"]
@@ -65,7 +65,10 @@ class CaLaConfig(MethodConfig):
     the text's tokens up to the batch's longest text, padding included, as the release's
     tokenizer pads them). ``release_readings`` turns both on."""
 
-    search_space: ClassVar[dict[str, Distribution]] = {**MethodConfig.search_space, "tac_weight": Uniform(0.2, 0.7)}
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "tac_weight": Uniform(0.2, 0.7), "matching_scale": LogUniform(10.0, 100.0),
+        "association_scale": LogUniform(3.0, 30.0),
+    }
     release_readings: ClassVar[dict[str, object]] = {"query": "release", "hca_text": "release"}
 
     tac_weight: float = 0.45

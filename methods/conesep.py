@@ -57,7 +57,7 @@ from torch import nn
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
 from cirbench.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext, frozen_parameters
-from cirbench.search import Distribution, Uniform
+from cirbench.search import Distribution, LogUniform, Uniform
 from cirbench_methods._conesep_math import (  # the math, re-exported: tests and the parity adapter read it here
     FidelityVariant, RankingLoss, TargetMatrix, BoundarySampling, NBLGradient, NegativeInit,
     InterLoss, OTCost, NegativeColumn, ULLoss, NBLRows, QueryCosine,
@@ -159,7 +159,7 @@ class ConeSepConfig(MethodConfig):
     }
 
     search_space: ClassVar[dict[str, Distribution]] = {
-        **MethodConfig.search_space, "omega": Uniform(0.25, 0.75),
+        **MethodConfig.search_space, "omega": Uniform(0.25, 0.75), "tau": LogUniform(0.01, 0.1),
     }
 
     K: int = 4

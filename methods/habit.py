@@ -91,6 +91,7 @@ class HABITConfig(MethodConfig):
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "soft_weight": LogUniform(0.03, 0.3), "kl_weight": LogUniform(3.0, 30.0),
+        "temperature": LogUniform(0.01, 0.1),
     }
     release_readings: ClassVar[dict[str, object]] = {
         "history": "batch_position", "kl_arguments": "release", "rcl_clamp": "probability", "dbscan_release_batch": 0,

@@ -67,6 +67,7 @@ class HUGConfig(MethodConfig):
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "fc_weight": LogUniform(0.2, 1.0), "cord_weight": LogUniform(0.03, 0.3),
+        "point_temperature": LogUniform(0.01, 0.1), "fc_temperature": LogUniform(0.01, 0.1),
     }
     release_readings: ClassVar[dict[str, object]] = {
         "gaussian_space": "states", "hc_form": "release", "init_b": 0.0, "learn_scale": False,

@@ -83,6 +83,7 @@ class INTENTConfig(MethodConfig):
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "odl_weight": LogUniform(0.2, 1.0), "caco_weight": LogUniform(0.3, 3.0),
+        "temperature": LogUniform(0.01, 0.1),
     }
     release_readings: ClassVar[dict[str, object]] = {
         "mix_clamp": True, "odl_token_norm": True, "rcl_clamp": "probability", "warmup_epochs": RELEASE_WARMUP_EPOCHS,

@@ -29,6 +29,7 @@ class Oracle(SPRC):
     oracle = True
     role = "perfect_filter"  # the report's room to win and calibration read it (cirbench.results.roles)
     same_at_no_noise = "sprc"  # with no noisy triplet every row is clean: the cell is sprc's
+    ablations = {}  # sprc's temperature variant is sprc's question, not the perfect filter's
 
     def training_step(self, batch: Batch, epoch: int, step: int) -> StepOutput:
         flags = torch.as_tensor(self.context.noise_flags, device=batch.index.device)[batch.index]

@@ -46,6 +46,7 @@ class SPRCConfig(MethodConfig):
 
     search_space: ClassVar[dict[str, Distribution]] = {
         **MethodConfig.search_space, "rtc_weight": LogUniform(0.1, 1.0), "align_weight": LogUniform(0.1, 1.0),
+        "temperature": LogUniform(0.01, 0.1),
     }
 
     release_readings: ClassVar[dict[str, object]] = {
@@ -63,6 +64,9 @@ class SPRCConfig(MethodConfig):
     pass's query outputs (``two_pass``)."""
     temperature_parameter: Literal["log", "linear"] = late_field("log")
     """What the optimiser learns: the temperature's logarithm, or (as released) the temperature."""
+    learn_temperature: bool = late_field(True)
+    """False: the temperature stays at ``temperature`` (the ``fixed_temperature`` variant, at SSN's
+    0.01: does SSN's lead come from its fixed sharp scale? docs/ssn.md)."""
     min_temperature: float = late_field(0.01)
     """The temperature's lower clamp; 0: none (as released)."""
     prompt_init: Literal["query_tokens", "normal"] = late_field("query_tokens")
@@ -85,6 +89,10 @@ class SPRC(Method):
     paper = "Bai et al., Sentence-level Prompts Benefit Composed Image Retrieval, ICLR 2024"
     Config = SPRCConfig
     role = "baseline"  # the report compares every robust method with it (cirbench.results.roles)
+    ablations = {  # the temperature question of issue 76: sprc held at SSN's fixed temperature (docs/ssn.md)
+        "fixed_temperature": {"learn_temperature": False, "temperature": 0.01},
+    }
+    ablation_noise = (0.5, 0.8)
     scores_noise = True  # its per-sample loss: the small-loss premise, measured (see the module docstring)
 
     def __init__(self, backbone, config: SPRCConfig, context) -> None:
@@ -93,10 +101,12 @@ class SPRC(Method):
         if config.prompt_init == "normal":
             start = start.normal_(0.0, 0.02)
         self.prompt_tokens = nn.Parameter(start)
-        if config.temperature_parameter == "log":
-            self.log_temperature = nn.Parameter(torch.tensor(math.log(config.temperature)))
-        else:
-            self.raw_temperature = nn.Parameter(torch.tensor(float(config.temperature)))
+        value = math.log(config.temperature) if config.temperature_parameter == "log" else float(config.temperature)
+        name = "log_temperature" if config.temperature_parameter == "log" else "raw_temperature"
+        if config.learn_temperature:
+            setattr(self, name, nn.Parameter(torch.tensor(value)))
+        else:  # held fixed: a buffer, so the optimiser never sees it
+            self.register_buffer(name, torch.tensor(value))
 
     @property
     def temperature(self) -> torch.Tensor:

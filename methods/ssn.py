@@ -51,7 +51,9 @@ class SSNConfig(MethodConfig):
     """SSN's released settings (``src/models/ssn.py``); ``kl_weight`` is read by the release
     from an argument its scripts never define (docs/ssn.md), so it is 1 here."""
 
-    search_space: ClassVar[dict[str, Distribution]] = {**MethodConfig.search_space, "kl_weight": LogUniform(0.1, 10.0)}
+    search_space: ClassVar[dict[str, Distribution]] = {
+        **MethodConfig.search_space, "kl_weight": LogUniform(0.1, 10.0), "logit_scale": LogUniform(10.0, 100.0),
+    }
     release_readings: ClassVar[dict[str, object]] = {"fusion_padding_mask": False, "fusion_feedforward": 2048}
     """``starxing-yuu/SSN``'s ``src/models/ssn.py`` (docs/ssn.md): no padding mask in the fusion
     layer, and PyTorch's default feed-forward width (2048) at every hidden size. Its
@@ -99,6 +101,10 @@ class SSN(Method):
     version = "1"
     paper = "Yang et al., Decomposing Semantic Shifts for Composed Image Retrieval (SSN), AAAI 2024"
     Config = SSNConfig
+    ablations = {  # the temperature question of issue 76: ssn at sprc's starting temperature 0.07 (docs/ssn.md)
+        "sprc_temperature": {"logit_scale": 1 / 0.07},
+    }
+    ablation_noise = (0.5, 0.8)
 
     def __init__(self, backbone, config: SSNConfig, context) -> None:
         super().__init__(backbone, config, context)

@@ -102,7 +102,7 @@ class TMEConfig(MethodConfig):
     docstring)."""
 
     search_space: ClassVar[dict[str, Distribution]] = {
-        **MethodConfig.search_space, "lrd_weight": LogUniform(0.05, 0.8),
+        **MethodConfig.search_space, "lrd_weight": LogUniform(0.05, 0.8), "temperature": LogUniform(0.01, 0.1),
     }
     release_readings: ClassVar[dict[str, object]] = {"rcl_clamp": "release", "lsa_target": "release"}
     """Where the port's defaults are not the release's code (``docs/tme.md``, "Where we differ

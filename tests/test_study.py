@@ -53,6 +53,9 @@ def test_a_study_run_twice_skips_every_cell_the_second_time(tmp_path: Path, cach
     assert [o.cell.key.run_id for o in second] == [o.cell.key.run_id for o in first]
 
 
+RANKED = ("sprc", "tme", "conesep", "hug", "habit", "intent", "ssn", "cala")
+
+
 def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
     """Its grids have the cells of ``run``, ``calibrate``, ``run --ablate`` and ``sweep`` as the
     README gave them (the same run ids: a rerun of the study skips what they ran); the headline
@@ -68,13 +71,19 @@ def test_the_committed_study_is_the_readmes_commands(tmp_path: Path) -> None:
         validated_grid(None, None, "conesep", [], [], {**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "hug", [], [], {**common, "seeds": [0, 1, 2]}),
         validated_grid(None, None, "habit,intent", [], [], {**common, "seeds": [0, 1, 2]}),
-        sweep_grid(["sprc", "tme", "conesep", "hug"], "0.5,0.8", 4, [], {**common, "seeds": [0], "holdout": 0.1}),
+        validated_grid(",".join(f"{m}:release" for m in RANKED), "0.5,0.8", None,
+                       [f"{m}:release.readings=release" for m in RANKED], [], {**common, "seeds": [0, 1, 2]}),
+        validated_grid("conesep:inter,conesep:cost,conesep:lastcol,conesep:ul", "0.5,0.8", None,
+                       ["conesep:inter.inter_loss=release", "conesep:cost.ot_cost=release",
+                        "conesep:lastcol.negative_column=last", "conesep:ul.ul_loss=release"], [], {**common, "seeds": [0, 1, 2]}),
+        sweep_grid(list(RANKED), "0.5,0.8", 6, [], {**common, "seeds": [0], "holdout": 0.1}),
+        validated_grid(None, "0.5,0.8", "ssn,sprc", [], [], {**common, "seeds": [0, 1, 2, 3, 4]}),
         validated_grid("oracle,tme,conesep,habit", "0.5,0.8", None, [], [], {
             **common, "seeds": [0, 1, 2], "frontier": [0.8, 0.6, 0.4], "noise_types": True,
             "replay": ["tme", "conesep", "habit"]}),
     ]
     assert ids == [sorted(c.key.run_id for c in grid.cells) for grid in commands]
-    assert [len(x) for x in ids] == [160, 10, 36, 15, 24, 24, 32, 24 + 51]
+    assert [len(x) for x in ids] == [160, 10, 36, 15, 24, 24, 48, 24, 96, 40, 24 + 51]
     calibration = {c.key.run_id for c in commands[2].cells}
     hosted = [c.key.run_id for c in commands[2].cells if c.key.method not in ("sprc", "oracle")]
     assert len(hosted) == 21 and set(hosted) <= set(ids[0])  # the hosted methods' clean cells are the headline's: none trains twice

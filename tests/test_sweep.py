@@ -167,8 +167,6 @@ def test_every_ranked_methods_temperature_is_a_field_of_its_config() -> None:
         assert set(names) <= fields_of, (name, set(names) - fields_of)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 76: methods/*.py declare the temperatures in their search spaces after "
-                                       "issue 75; remove this mark then (docs/selection.md#search-spaces)")
 def test_every_ranked_methods_search_space_holds_its_temperature() -> None:
     discovery = discover([])
     missing = {name: sorted(set(names) - set(discovery.methods.get(name).Config.search_space))
