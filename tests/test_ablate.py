@@ -93,7 +93,7 @@ def test_without_ablate_the_documented_defaults_hold(tmp_path: Path, captured) -
 
 
 @pytest.mark.parametrize("names, message", [
-    ("sprc", "method 'sprc' has no ablations"),
+    ("tme", "method 'tme' has no ablations"),
     ("conesep,oracle", "method 'oracle' has no ablations"),
     ("conesepp", "Did you mean 'conesep'"),
     ("conesep:no_btu", "name a method (e.g. conesep), not one of its variants"),
@@ -102,8 +102,8 @@ def test_a_method_without_ablations_is_a_clear_error(tmp_path: Path, names: str,
     result = _run(tmp_path, "--ablate", names)
     assert result.exit_code == 2 and message in " ".join(result.output.split())
     assert not (tmp_path / "r").exists()
-    with pytest.raises(GridError, match="conesep, habit, hug, intent"):
-        expand_ablations(["sprc"], METHODS)  # the error lists the methods that have ablations
+    with pytest.raises(GridError, match="conesep, habit, hug, intent, sprc, ssn"):
+        expand_ablations(["tme"], METHODS)  # the error lists the methods that have ablations
 
 
 def test_the_help_shows_the_expansion_as_it_is() -> None:
