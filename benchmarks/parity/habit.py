@@ -86,22 +86,7 @@ def make_inputs(seed: int) -> dict[str, torch.Tensor]:
 # ----------------------------------------------------------------------------- the release
 
 
-class _Registry:
-    def register_model(self, name: str):  # noqa: ARG002
-        return lambda cls: cls
-
-
-def _lavis_stand_ins() -> dict[str, types.ModuleType]:
-    registry = types.ModuleType("lavis.common.registry")
-    registry.registry = _Registry()
-    blip2 = types.ModuleType("lavis.models.blip2_models.blip2")
-    blip2.Blip2Base = nn.Module
-    blip2.compute_sim_matrix = blip2.disabled_train = lambda *a, **k: None
-    return {"lavis.common.registry": registry, "lavis.models.blip2_models.blip2": blip2}
-
-
-STUBS = ["lavis.common.registry", "lavis.models.base_model", "lavis.models.blip2_models.blip2",
-         "lavis.models.blip_models.blip_outputs"]
+STUBS = [*harness.LAVIS_STUBS]
 
 
 class _Tokens:
@@ -221,7 +206,7 @@ def _release_history(release_dir: Path, inputs: dict[str, torch.Tensor],
 
 def release_terms(release_dir: Path, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     module = harness.load_release_module(release_dir, "lavis/models/blip2_models/HABIT.py", stubs=STUBS,
-                                         real=_lavis_stand_ins(), name="_release_habit")
+                                         real=harness.lavis_stand_ins(), name="_release_habit")
     record: list[np.ndarray] = []
     module.DBSCAN = _recording_dbscan(record)
     samples = {"image": torch.zeros(B, 1, 1, dtype=torch.float64), "target": torch.zeros(B, 1, 1, dtype=torch.float64),

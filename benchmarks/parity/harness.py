@@ -100,6 +100,23 @@ def stubbed_modules(names: list[str], real: Mapping[str, types.ModuleType] | Non
         sys.modules.update(saved)
 
 
+LAVIS_STUBS = ["lavis.common.registry", "lavis.models.base_model", "lavis.models.blip2_models.blip2",
+               "lavis.models.blip_models.blip_outputs"]
+"""The LAVIS modules a BLIP-2 release's model file imports (ConeSep, SPRC, HABIT, INTENT)."""
+
+
+def lavis_stand_ins() -> dict[str, types.ModuleType]:
+    """Real stand-ins for the LAVIS names a release's model class needs to be a class: its base
+    ``Blip2Base`` (a plain ``nn.Module``) and the registry decorator (the identity); pass as
+    ``real=`` with :data:`LAVIS_STUBS` to :func:`load_release_module`."""
+    registry = types.ModuleType("lavis.common.registry")
+    registry.registry = types.SimpleNamespace(register_model=lambda name: (lambda cls: cls))
+    blip2 = types.ModuleType("lavis.models.blip2_models.blip2")
+    blip2.Blip2Base = torch.nn.Module
+    blip2.compute_sim_matrix = blip2.disabled_train = lambda *a, **k: None
+    return {"lavis.common.registry": registry, "lavis.models.blip2_models.blip2": blip2}
+
+
 def _cpu(device: Any) -> Any:
     if isinstance(device, torch.device) and device.type == "cuda":
         return torch.device("cpu")

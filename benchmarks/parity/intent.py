@@ -120,22 +120,7 @@ def _linear(inputs: dict[str, torch.Tensor], name: str) -> nn.Linear:
 # ----------------------------------------------------------------------------- the release
 
 
-class _Registry:
-    def register_model(self, name: str):  # noqa: ARG002
-        return lambda cls: cls
-
-
-def _lavis_stand_ins() -> dict[str, types.ModuleType]:
-    registry = types.ModuleType("lavis.common.registry")
-    registry.registry = _Registry()
-    blip2 = types.ModuleType("lavis.models.blip2_models.blip2")
-    blip2.Blip2Base = nn.Module
-    blip2.compute_sim_matrix = blip2.disabled_train = lambda *a, **k: None
-    return {"lavis.common.registry": registry, "lavis.models.blip2_models.blip2": blip2}
-
-
-STUBS = ["lavis.common.registry", "lavis.models.base_model", "lavis.models.blip2_models.blip2",
-         "lavis.models.blip_models.blip_outputs", "matplotlib", "matplotlib.pyplot", "PIL", "PIL.Image",
+STUBS = [*harness.LAVIS_STUBS, "matplotlib", "matplotlib.pyplot", "PIL", "PIL.Image",
          "torchvision", "torchvision.transforms"]
 
 
@@ -238,7 +223,7 @@ def _release_total(train_module: types.ModuleType, losses: dict[str, torch.Tenso
 
 def release_terms(release_dir: Path, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     module = harness.load_release_module(release_dir, "lavis/models/blip2_models/blip2_cir.py", stubs=STUBS,
-                                         real=_lavis_stand_ins(), name="_release_intent")
+                                         real=harness.lavis_stand_ins(), name="_release_intent")
     samples = {"image": inputs["reference"], "target": inputs["target"], "text_input": ["caption"] * B}
     terms: dict[str, torch.Tensor] = {}
     with harness.on_cpu(), _float64_default(), warnings.catch_warnings():

@@ -129,20 +129,9 @@ def _text(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------------------- the release
 
 
-def _lavis_stubs() -> dict[str, types.ModuleType]:
-    """Real stand-ins for the LAVIS names the release's class needs to be a class: its base
-    (a plain ``nn.Module``) and the registry decorator (the identity)."""
-    registry = types.ModuleType("lavis.common.registry")
-    registry.registry = types.SimpleNamespace(register_model=lambda name: (lambda cls: cls))
-    blip2 = types.ModuleType("lavis.models.blip2_models.blip2")
-    blip2.Blip2Base, blip2.compute_sim_matrix, blip2.disabled_train = nn.Module, None, None
-    return {"lavis.common.registry": registry, "lavis.models.blip2_models.blip2": blip2}
-
-
 def load(release_dir: Path) -> types.ModuleType:
-    stubs = ["lavis.common.registry", "lavis.models.base_model", "lavis.models.blip2_models.blip2",
-             "lavis.models.blip_models.blip_outputs"]
-    return harness.load_release_module(release_dir, MODEL, stubs=stubs, real=_lavis_stubs(), name="_release_sprc")
+    stubs = [*harness.LAVIS_STUBS]
+    return harness.load_release_module(release_dir, MODEL, stubs=stubs, real=harness.lavis_stand_ins(), name="_release_sprc")
 
 
 def release_loss_weights(release_dir: Path) -> dict[str, float]:
