@@ -108,15 +108,6 @@ def load(release_dir: Path) -> types.ModuleType:
                                        real=harness.lavis_stand_ins(), name="_release_conesep")
 
 
-class _Tokens:
-    def __init__(self, n: int) -> None:
-        self.input_ids = torch.zeros(n, 3, dtype=torch.long)
-        self.attention_mask = torch.ones(n, 3, dtype=torch.long)
-
-    def to(self, *args: Any, **kwargs: Any) -> "_Tokens":
-        return self
-
-
 def _fake_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The release's model with fake encoders returning ``inputs`` (see the module docstring),
     and the reference and target "images" it is to be called with."""
@@ -145,7 +136,7 @@ def _fake_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) -> tu
             state = inputs["targets"] if from_image and bool((encoder_hidden_states == 1).all()) else inputs["boundary_targets"]
         return types.SimpleNamespace(last_hidden_state=state)
 
-    model.tokenizer = lambda texts, **_: _Tokens(len(texts))
+    model.tokenizer = lambda texts, **_: harness.Tokens.blank(len(texts), 3)
     model.visual_encoder = lambda image: image
     model.ln_vision = lambda embeds: embeds
     model.Qformer = types.SimpleNamespace(bert=bert)

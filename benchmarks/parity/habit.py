@@ -89,15 +89,6 @@ def make_inputs(seed: int) -> dict[str, torch.Tensor]:
 STUBS = [*harness.LAVIS_STUBS]
 
 
-class _Tokens:
-    def __init__(self, size: int) -> None:
-        self.input_ids = torch.zeros(size, 2, dtype=torch.long)
-        self.attention_mask = torch.ones(size, 2, dtype=torch.long)
-
-    def to(self, *args: Any, **kwargs: Any) -> "_Tokens":
-        return self
-
-
 class _QFormer:
     """The Q-Former's ``bert``: the fused call (token ids given) returns the fused tokens and
     the composed feature at position 32; the target call returns the target tokens."""
@@ -119,7 +110,7 @@ def _release_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) ->
     model.visual_encoder = model.ln_vision = lambda x: x
     model.text_proj = model.vision_proj = lambda x: x
     model.query_tokens = torch.zeros(1, Q, E, dtype=torch.float64)
-    model.tokenizer = lambda text, **kwargs: _Tokens(len(text))
+    model.tokenizer = lambda text, **kwargs: harness.Tokens.blank(len(text), 2)
     model.Qformer = _QFormer(inputs)
     model.device = torch.device("cpu")
     model.max_txt_len = 2

@@ -117,6 +117,23 @@ def lavis_stand_ins() -> dict[str, types.ModuleType]:
     return {"lavis.common.registry": registry, "lavis.models.blip2_models.blip2": blip2}
 
 
+class Tokens:
+    """What a release reads of its tokenizer's output: ``input_ids`` and ``attention_mask``,
+    already where they go (``to`` is the identity)."""
+
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.input_ids, self.attention_mask = input_ids, attention_mask
+
+    @classmethod
+    def blank(cls, count: int, length: int) -> "Tokens":
+        """``count`` texts of ``length`` tokens, ids 0, every position attended: for a release
+        whose text features come from a fake encoder that ignores the ids."""
+        return cls(torch.zeros(count, length, dtype=torch.long), torch.ones(count, length, dtype=torch.long))
+
+    def to(self, *args: Any, **kwargs: Any) -> "Tokens":
+        return self
+
+
 def _cpu(device: Any) -> Any:
     if isinstance(device, torch.device) and device.type == "cuda":
         return torch.device("cpu")

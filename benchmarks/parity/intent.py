@@ -124,15 +124,6 @@ STUBS = [*harness.LAVIS_STUBS, "matplotlib", "matplotlib.pyplot", "PIL", "PIL.Im
          "torchvision", "torchvision.transforms"]
 
 
-class _Tokens:
-    def __init__(self, size: int) -> None:
-        self.input_ids = torch.zeros(size, 2, dtype=torch.long)
-        self.attention_mask = torch.ones(size, 2, dtype=torch.long)
-
-    def to(self, *args: Any, **kwargs: Any) -> "_Tokens":
-        return self
-
-
 class _QFormer:
     """The release's ``Qformer.bert``: the fused call (token ids given) returns 33 hidden
     states, the target call the 32 query outputs, each a function of the image tokens."""
@@ -152,7 +143,7 @@ def _release_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) ->
     model.ln_vision = lambda tokens: tokens
     model.Qformer = _QFormer(inputs)
     model.query_tokens = torch.zeros(1, Q, HIDDEN, dtype=torch.float64)
-    model.tokenizer = lambda text, **kwargs: _Tokens(len(text))
+    model.tokenizer = lambda text, **kwargs: harness.Tokens.blank(len(text), 2)
     model.device = torch.device("cpu")
     model.max_txt_len = 2
     model.text_proj, model.vision_proj = _linear(inputs, "text_proj"), _linear(inputs, "vision_proj")

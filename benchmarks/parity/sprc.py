@@ -150,14 +150,6 @@ def release_loss_weights(release_dir: Path) -> dict[str, float]:
     return weights
 
 
-class _Tokens:
-    def __init__(self, ids: torch.Tensor, mask: torch.Tensor) -> None:
-        self.input_ids, self.attention_mask = ids, mask.long()
-
-    def to(self, *args: Any, **kwargs: Any) -> "_Tokens":
-        return self
-
-
 def _release_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) -> nn.Module:
     """The release's model with the fake encoders (see the module docstring)."""
     model = object.__new__(module.Blip2QformerCirAlignPrompt)
@@ -179,7 +171,7 @@ def _release_model(module: types.ModuleType, inputs: dict[str, torch.Tensor]) ->
             keep = attention_mask.bool()
         return types.SimpleNamespace(last_hidden_state=composer(inputs, x, keep, encoder_hidden_states))
 
-    model.tokenizer = lambda text, **_: _Tokens(ids, mask)
+    model.tokenizer = lambda text, **_: harness.Tokens(ids, mask.long())
     model.visual_encoder = lambda image: image
     model.ln_vision = lambda embeds: embeds
     model.Qformer = types.SimpleNamespace(bert=bert)

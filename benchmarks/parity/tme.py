@@ -129,16 +129,6 @@ def batches(inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
 # ----------------------------------------------------------------------------- the release
 
 
-class _Tokens:
-    """What the release reads of a tokenizer's output."""
-
-    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        self.input_ids, self.attention_mask = input_ids, attention_mask
-
-    def to(self, *args: Any, **kwargs: Any) -> "_Tokens":
-        return self
-
-
 def _release_modules(release_dir: Path) -> dict[str, types.ModuleType]:
     import pandas  # noqa: F401  (imported once here: the stubs' restore of sys.modules must not re-import it)
     import tqdm  # noqa: F401
@@ -190,10 +180,10 @@ def _fake_model(modules: dict[str, types.ModuleType], inputs: dict[str, torch.Te
     model.maybe_autocast = contextlib.nullcontext
     words = inputs["words"]
 
-    def tokenizer(texts: list[str], **kwargs: Any) -> _Tokens:
+    def tokenizer(texts: list[str], **kwargs: Any) -> harness.Tokens:
         index = torch.tensor([int(t) for t in texts])
         ids = index.unsqueeze(1) * TEXT_LEN + torch.arange(TEXT_LEN).unsqueeze(0)
-        return _Tokens(ids, inputs["word_mask"][index].long())
+        return harness.Tokens(ids, inputs["word_mask"][index].long())
 
     model.tokenizer = tokenizer
     embeddings = types.SimpleNamespace(
