@@ -6,7 +6,7 @@ operations took time.
 ``torch.mm``); its ``--ceiling`` says how much of that distance the model's own shapes
 impose. Every operation the FLOP counter counts (``torch.utils.flop_counter``'s registry:
 matrix products, attention, forward and backward) is recorded, with its shapes, strides and
-arguments, on the training loop's events (:mod:`cirbench.engine.hooks`), in one training
+arguments, on the training loop's events (:mod:`cirbench.engine.cell.hooks`), in one training
 step per method (the third of the cell's first epoch) and in each split's evaluation of the
 second epoch; each distinct call is then replayed alone on random tensors of the same
 layout, timed (the best of ``--repeats``) and counted. The table, one block per method:
@@ -40,11 +40,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from _profiling import HELD_OUT, VALIDATION, default_spec
-from cirbench.engine.evaluate import Evaluation
-from cirbench.engine.grid import Grid
-from cirbench.engine.hooks import TrainingHooks
-from cirbench.engine.spec import Cell, GridSpec
-from cirbench.engine.worker import grid_for, run_cell_by_id
+from cirbench.engine.cell.evaluate import Evaluation
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.cell.hooks import TrainingHooks
+from cirbench.engine.planning.spec import Cell, GridSpec
+from cirbench.engine.running.worker import grid_for, run_cell_by_id
 from cirbench.method import StepOutput
 
 STEP = "step"

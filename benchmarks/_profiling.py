@@ -1,5 +1,5 @@
 """What the profiling scripts of ``benchmarks/`` share: a timer of the training loop's events
-(:class:`PartTimer`, on the engine's hooks, :mod:`cirbench.engine.hooks`), a hook keeping an
+(:class:`PartTimer`, on the engine's hooks, :mod:`cirbench.engine.cell.hooks`), a hook keeping an
 epoch's first batches, the grid they profile (the default as ``cirbench run`` builds it,
 held-out split included), the set-up a grid pays once (process start-up, the reference
 rows), and the FLOP formulas ``torch.utils.flop_counter`` lacks for the CPU's attention
@@ -20,10 +20,10 @@ import torch
 from torch.utils.flop_counter import register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
 from cirbench.api.grids import resolved_holdout
-from cirbench.engine.cell import run_reference
-from cirbench.engine.evaluate import Evaluation
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
+from cirbench.engine.cell.life import run_reference
+from cirbench.engine.cell.evaluate import Evaluation
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.cell.hooks import HELD_OUT, VALIDATION, TrainingHooks
 
 BATCHES, EPOCH_PASSES = "batch building", "epoch passes"
 aten = torch.ops.aten
@@ -114,5 +114,5 @@ def reference_rows_seconds(grid: Grid) -> float:
 def start_up_seconds() -> float:
     """Wall time of a fresh interpreter importing what a worker process imports."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.grid, cirbench.engine.worker"], check=True)
+    subprocess.run([sys.executable, "-c", "import torch, cirbench.engine.running.grid, cirbench.engine.running.worker"], check=True)
     return time.perf_counter() - start

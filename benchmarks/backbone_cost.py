@@ -5,8 +5,8 @@ Random weights (no download): ``--size real`` is the blip2-itm-vit-g architectur
 ViT-g/14 tower, 12-layer Q-Former of width 768, 32 query tokens), ``--size tiny`` the CPU
 test configuration. Inputs are random "cached" tower tokens of the right shape and
 shapes-style captions; each method runs the step the harness runs
-(:func:`cirbench.engine.train.optimizer_step` with the optimiser of
-:func:`cirbench.engine.train.build_optimizer`: ``training_step``, backward, clipping,
+(:func:`cirbench.engine.cell.train.optimizer_step` with the optimiser of
+:func:`cirbench.engine.cell.train.build_optimizer`: ``training_step``, backward, clipping,
 AdamW) in its main training phase (after any warm-up), with its epoch-level work (TME's GMM
 pass) done once beforehand and not timed.
 
@@ -38,8 +38,8 @@ from torch import nn
 from cirbench.backbones.base import TextBatch
 from cirbench.backbones.blip2 import Blip2Backbone, random_model
 from cirbench.backbones.preprocess import ImagePrep
-from cirbench.engine.precision import use_precision
-from cirbench.engine.train import build_optimizer, optimizer_step
+from cirbench.engine.cell.precision import use_precision
+from cirbench.engine.cell.train import build_optimizer, optimizer_step
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 

@@ -12,7 +12,7 @@ One process, one thread unless ``--threads``. The grid is the default ``cirbench
 builds (the held-out split included); its reference rows run first, as a grid's do, then
 each method's cell runs as a worker process of ``cirbench run`` runs it
 (``run_cell_by_id``: the grid, the dataset and the tower tokens read, the cell's whole
-life) with counters and timers on the training loop's events (:mod:`cirbench.engine.hooks`):
+life) with counters and timers on the training loop's events (:mod:`cirbench.engine.cell.hooks`):
 
 - a training step (the method's forward, the backward, clipping and the AdamW step): FLOPs
   counted on the first step of every epoch, which stands for its epoch's steps (a method
@@ -83,11 +83,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from _ceiling import ceiling_record, cell_ceilings, print_ceilings
 from _profiling import HELD_OUT, VALIDATION, default_spec, reference_rows_seconds, start_up_seconds
-from cirbench.engine.evaluate import Evaluation
-from cirbench.engine.grid import Grid
-from cirbench.engine.hooks import TrainingHooks
-from cirbench.engine.spec import Cell, GridSpec
-from cirbench.engine.worker import grid_for, run_cell_by_id
+from cirbench.engine.cell.evaluate import Evaluation
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.cell.hooks import TrainingHooks
+from cirbench.engine.planning.spec import Cell, GridSpec
+from cirbench.engine.running.worker import grid_for, run_cell_by_id
 from cirbench.method import StepOutput
 
 METHODS = "sprc,tme,conesep,hug,habit,intent,oracle"
@@ -217,7 +217,7 @@ class CellProbe(TrainingHooks):
 
 def run_probed(spec: GridSpec, cell: Cell, max_steps: int | None) -> tuple[CellProbe, dict[str, Any], float]:
     """Run ``cell`` of ``spec``'s grid as a worker process does, with a :class:`CellProbe` on
-    its training loop; its outcome (:meth:`~cirbench.engine.cell.CellOutcome.record`) and wall time."""
+    its training loop; its outcome (:meth:`~cirbench.engine.cell.life.CellOutcome.record`) and wall time."""
     grid_for(spec).resources.hooks = probe = CellProbe(max_steps)
     start = time.perf_counter()
     outcome = run_cell_by_id(spec, cell.key.run_id, announce=lambda message: None)

@@ -7,7 +7,7 @@ method's epoch-level passes, the validation and the held-out split's evaluation.
 
 The grid is the default ``cirbench run`` builds (the held-out share it resolves for the
 dataset included). The parts are timed on the training loop's events
-(:mod:`cirbench.engine.hooks`), so the shares add up to the cell's wall time less the
+(:mod:`cirbench.engine.cell.hooks`), so the shares add up to the cell's wall time less the
 bookkeeping between them. Cells run one after another in this process, one thread each
 unless ``--threads``; run it by hand on an idle machine and quote ratios from one run
 (``tests/test_benchmarks.py`` runs it on a small grid only to see that it works).
@@ -24,8 +24,8 @@ import torch
 
 from _profiling import (BATCHES, EPOCH_PASSES, HELD_OUT, VALIDATION, PartTimer, default_spec, reference_rows_seconds,
                         start_up_seconds)
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
 
 COLUMNS = (("steps", "steps", 8), (BATCHES, "batches", 9), (EPOCH_PASSES, "epoch passes", 14),
            (VALIDATION, VALIDATION, 12), (HELD_OUT, HELD_OUT, 10), ("other", "other", 8))

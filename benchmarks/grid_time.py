@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from _profiling import default_spec
-from cirbench import defaults
-from cirbench.engine.cell import run_cell
-from cirbench.engine.evaluate import evaluate
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.settings import defaults
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.cell.evaluate import evaluate
+from cirbench.engine.running.grid import Grid, GridSpec
 
 
 def timed(fn, repeats: int = 3) -> float:

@@ -1,4 +1,4 @@
-"""What pinning the kernels costs (issue 77, :mod:`cirbench.kernels`): the default cell run
+"""What pinning the kernels costs (issue 77, :mod:`cirbench.settings.kernels`): the default cell run
 pinned (cirbench's default: ATen and oneDNN at AVX2, MKL's ``COMPATIBLE`` branch, OpenBLAS's
 Haswell kernels, numpy's AVX2 dispatch, deterministic algorithms) and unpinned
 (``CIRBENCH_KERNEL_PINS=off``: every library's fastest kernels for this CPU), alternately,
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 from _profiling import PartTimer, default_spec, reference_rows_seconds
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid
-from cirbench.kernels import PINS, SWITCH, cell_threads, kernels_used, numpy_pin
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid
+from cirbench.settings.kernels import PINS, SWITCH, cell_threads, kernels_used, numpy_pin
 
 MODES = {"pinned": {}, "unpinned": {SWITCH: "off"}}
 """Each mode's environment over a user's (one without the pins: a pinned child sets them itself)."""

@@ -1,5 +1,5 @@
 """What checking every training step against the method contract costs
-(:mod:`cirbench.engine.step_rules`): per method, the median wall time of a step of a default
+(:mod:`cirbench.engine.cell.step_rules`): per method, the median wall time of a step of a default
 cell and of the checks of that step (its output's, and the batch's: the guard noted before
 the step and checked after it), and their ratio (issues 58 and 66 ask for at most 1%).
 
@@ -7,7 +7,7 @@ the step and checked after it), and their ratio (issues 58 and 66 ask for at mos
     python benchmarks/step_rules_cost.py --methods sprc --max-steps 40
 
 The grid is the default ``cirbench run`` builds (``shapes``, ``tiny``, its held-out share);
-each cell trains its first ``--max-steps`` steps (:mod:`cirbench.engine.hooks`), and after
+each cell trains its first ``--max-steps`` steps (:mod:`cirbench.engine.cell.hooks`), and after
 each step the checks of its output and of its batch are timed again on their own,
 ``--repeats`` times (the step's own time includes them once). One thread, as a cell in a worker process; run it by hand on
 an idle machine (``tests/test_benchmarks.py`` runs it on ``shapes-mini`` only to see that
@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from _profiling import default_spec
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid
-from cirbench.engine.hooks import TrainingHooks
-from cirbench.engine.step_rules import BatchGuard, check_step
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.cell.hooks import TrainingHooks
+from cirbench.engine.cell.step_rules import BatchGuard, check_step
 from cirbench.method import Batch, Method, StepOutput
 
 

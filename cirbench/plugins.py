@@ -6,8 +6,8 @@ All paths end in the same place. Built-in methods are plain files in the reposit
 :func:`load_plugin_file` exactly like a user's ``--plugin path.py`` (or ``--plugin folder/``:
 every ``*.py`` in it; or a path listed in ``CIRBENCH_PLUGINS``). A plugin file may define a
 plugin of any of the four kinds (:data:`KINDS`): a class with a ``name`` subclassing
-:class:`~cirbench.method.Method`, :class:`~cirbench.data.loader.DatasetLoader`,
-:class:`~cirbench.data.proposal.NoiseProtocol` or :class:`~cirbench.backbones.base.Backbone`
+:class:`~cirbench.method.Method`, :class:`~cirbench.data.datasets.loader.DatasetLoader`,
+:class:`~cirbench.data.noise.proposal.NoiseProtocol` or :class:`~cirbench.backbones.base.Backbone`
 (with a ``build`` classmethod; a ``BackboneFactory`` subclass, the former second class, still
 registers, with a DeprecationWarning). Installed distributions expose
 them through the entry-point groups ``cirbench.methods``, ``cirbench.datasets``,
@@ -45,8 +45,8 @@ from types import ModuleType
 from typing import Any
 
 from cirbench.backbones.registry import BACKBONES
-from cirbench.data.noise import NOISE_PROTOCOLS
-from cirbench.data.registry import DATASETS
+from cirbench.data.noise.injection import NOISE_PROTOCOLS
+from cirbench.data.datasets.registry import DATASETS
 from cirbench.method import METHOD_CONTRACT, Method, method_role
 from cirbench.registry import Contract, PluginError, Registry, overrides
 from cirbench.results.roles import ROLES

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.losses import info_nce, robust_contrastive
-from cirbench.ot import sinkhorn_log
+from cirbench.method.losses import info_nce, robust_contrastive
+from cirbench.method.ot import sinkhorn_log
 
 if TYPE_CHECKING:
     from cirbench_methods.conesep import ConeSepConfig
@@ -218,7 +218,7 @@ def unlearning_cost(sim: torch.Tensor, composed: torch.Tensor, negative: torch.T
 def transport_plan(cost: torch.Tensor, blocked: torch.Tensor, epsilon: float, iterations: int,
                    tol: float = 0.0) -> torch.Tensor:
     """Eq. 10: the entropic OT plan of ``cost`` with uniform marginals and the ``blocked``
-    paths cut (:func:`cirbench.ot.sinkhorn_log`). A row or column blocked everywhere (the
+    paths cut (:func:`cirbench.method.ot.sinkhorn_log`). A row or column blocked everywhere (the
     release's last column when no row is noisy) carries nothing and is left out of the
     problem."""
     dead_rows, dead_cols = blocked.all(dim=1), blocked.all(dim=0)

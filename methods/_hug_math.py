@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cirbench.losses import info_nce
+from cirbench.method.losses import info_nce
 
 
 class UncertaintyHead(nn.Module):

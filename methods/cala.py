@@ -45,9 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import TextBatch, max_token_similarity
-from cirbench.config import late_field
+from cirbench.settings.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, LogUniform, Uniform
+from cirbench.method.search import Distribution, LogUniform, Uniform
 
 
 Query = Literal["composed", "release"]

@@ -19,7 +19,7 @@ Three modules, run in every training step:
   composed query away from its own target (measured: at 80% noise the composer reached
   RCL's flat point within 8 steps; ``docs/conesep.md``).
 - **BTU** (Sec. 3.4): the B x 2B cost ``[C+ | C-]`` (Eq. 9) with blocked paths, entropic
-  OT by log-domain Sinkhorn (Eq. 10, :func:`cirbench.ot.sinkhorn_log`), the soft label
+  OT by log-domain Sinkhorn (Eq. 10, :func:`cirbench.method.ot.sinkhorn_log`), the soft label
   ``Y = gamma P + (1 - gamma) L`` (Eq. 11), the KL unlearning loss (Eq. 12), objective
   Eq. 13 after warm-up. The robust contrastive loss (Eq. 4) runs throughout.
 
@@ -55,9 +55,9 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch, max_token_similarity
-from cirbench.config import late_field
+from cirbench.settings.config import late_field
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext, frozen_parameters
-from cirbench.search import Distribution, LogUniform, Uniform
+from cirbench.method.search import Distribution, LogUniform, Uniform
 from cirbench_methods._conesep_math import (  # the math, re-exported: tests and the parity adapter read it here
     FidelityVariant, RankingLoss, TargetMatrix, BoundarySampling, NBLGradient, NegativeInit,
     InterLoss, OTCost, NegativeColumn, ULLoss, NBLRows, QueryCosine,

@@ -54,10 +54,10 @@ import torch.nn.functional as F
 from sklearn.cluster import DBSCAN
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import late_field
-from cirbench.losses import RCLGuard, per_sample_robust_contrastive
+from cirbench.settings.config import late_field
+from cirbench.method.losses import RCLGuard, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 
 History = Literal["sample", "batch_position"]
 KLArguments = Literal["named", "release"]
@@ -192,7 +192,7 @@ def dbscan_outliers(values: np.ndarray, eps: float, min_samples: int) -> np.ndar
 
 def rcl_rows(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus") -> torch.Tensor:
     """Each row's RCL term (B,), ``-sum_{j != i} log(1 - p_ij)``: ``one_minus`` is
-    :func:`cirbench.losses.per_sample_robust_contrastive` (``1 - p`` clamped at 1e-6);
+    :func:`cirbench.method.losses.per_sample_robust_contrastive` (``1 - p`` clamped at 1e-6);
     ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as ``robust_infoNCE`` does
     (a saturated off-diagonal entry then costs ``-log 1e-7``, not ``-log 1e-6``)."""
     return per_sample_robust_contrastive(sim, temperature, guard=clamp)

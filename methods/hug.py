@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import Backbone, TextBatch
-from cirbench.config import late_field
-from cirbench.losses import info_nce
+from cirbench.settings.config import late_field
+from cirbench.method.losses import info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 from cirbench_methods._hug_math import (  # the math, re-exported: tests and the parity adapter read it here
     UncertaintyHead, modality_weights, pack_gaussians, packed_distance, expected_distance,
     holistic_logits, holistic_contrast, fine_grained_contrast, fine_grained_release_parts, fine_grained_release,

@@ -51,10 +51,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import late_field
-from cirbench.losses import RCLGuard, robust_contrastive
+from cirbench.settings.config import late_field
+from cirbench.method.losses import RCLGuard, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 
 RELEASE_WARMUP_SHARE = 2 / 20
 """The release's warm-up: 2 of its 20 epochs (``--warm_up 2``)."""
@@ -164,7 +164,7 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-8) -> torch.Ten
 
 
 def rcl_loss(sim: torch.Tensor, temperature: float, clamp: RCLClamp = "one_minus") -> torch.Tensor:
-    """``L_stu``, RCL: ``one_minus`` is :func:`cirbench.losses.robust_contrastive` (``1 - p``
+    """``L_stu``, RCL: ``one_minus`` is :func:`cirbench.method.losses.robust_contrastive` (``1 - p``
     clamped at 1e-6); ``probability`` clamps ``p`` to ``[1e-7, 1 - 1e-7]`` first, as the
     release's ``robust_infoNCE`` does (a saturated off-diagonal entry costs ``-log 1e-7``)."""
     return robust_contrastive(sim, temperature, guard=clamp)

@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import ComposerOutput, TextBatch, max_token_similarity
-from cirbench.config import late_field
-from cirbench.losses import per_sample_info_nce
+from cirbench.settings.config import late_field
+from cirbench.method.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 
 
 @dataclass

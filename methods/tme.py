@@ -87,10 +87,10 @@ from sklearn.mixture import GaussianMixture
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import late_field
-from cirbench.losses import per_sample_info_nce, per_sample_robust_contrastive
+from cirbench.settings.config import late_field
+from cirbench.method.losses import per_sample_info_nce, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, frozen_parameters
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 
 Phase = Literal["qformer", "proj", "last", "train"]
 
@@ -124,7 +124,7 @@ class TMEConfig(MethodConfig):
     warmup_proj: float | None = None
     warmup_last: float | None = None
     rcl_clamp: Literal["port", "release"] = late_field("port")
-    """RCL's guard: ``port`` clamps ``1 - p`` at 1e-6 (``cirbench.losses``); ``release``
+    """RCL's guard: ``port`` clamps ``1 - p`` at 1e-6 (``cirbench.method.losses``); ``release``
     clamps ``p`` to [1e-7, 1 - 1e-7] first, as its ``robust_infoNCE``."""
     lsa_target: Literal["static", "release"] = late_field("static")
     """``lsa``'s target: ``static``, each sample's mean word embedding over its real tokens,

@@ -62,7 +62,7 @@ def main() -> None:
     import tempfile
 
     from cirbench.report import load_results
-    from cirbench.report.analysis.claims import paper_claims
+    from cirbench.report.analysis.verdicts.claims import paper_claims
 
     out = {}
     for name in ("full", "partial"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import cirbench  # noqa: F401  (first: its kernel pins act before torch and numpy load; cirbench/kernels.py)
+import cirbench  # noqa: F401  (first: its kernel pins act before torch and numpy load; cirbench/settings/kernels.py)
 import torch
 
 # One cell at a time, in this process, unless a test asks for more: the in-process

@@ -131,9 +131,9 @@ class ScoreTableMethod(torch.nn.Module):
 
 def use_datasets(monkeypatch, datasets) -> None:
     """Make the grid, its plan and its cells' resources read ``datasets`` as the dataset registry."""
-    import cirbench.engine.grid
-    import cirbench.engine.resources
-    import cirbench.engine.spec
+    import cirbench.engine.running.grid
+    import cirbench.engine.cell.resources
+    import cirbench.engine.planning.spec
 
-    for module in (cirbench.engine.grid, cirbench.engine.spec, cirbench.engine.resources):
+    for module in (cirbench.engine.running.grid, cirbench.engine.planning.spec, cirbench.engine.cell.resources):
         monkeypatch.setattr(module, "DATASETS", datasets)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 import cirbench.api.grids as grid_module  # where `cirbench run` builds its grid
 from cirbench.cli import app
-from cirbench.engine.ablation import expand_ablations, merge_rows
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.engine.planning.ablation import expand_ablations, merge_rows
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from cirbench.plugins import discover
 
 METHODS = discover().methods

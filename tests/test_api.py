@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cirbench import api, defaults
+from cirbench import api
+
+from cirbench.settings import defaults
 from cirbench.cli import app
-from cirbench.engine.spec import GridError
+from cirbench.engine.planning.spec import GridError
 from cirbench.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]

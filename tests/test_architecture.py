@@ -12,6 +12,7 @@ a ``cirbench`` module is allowed in the command-line modules only, where it keep
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,13 +24,13 @@ PACKAGE = ROOT / "cirbench"
 CLI = "cirbench.cli"
 """The command-line sub-package: the top layer, and the only place a function imports ``cirbench``."""
 LAYERS: list[tuple[str, ...]] = [
-    # rank 0: shared utilities with no cirbench dependency above them
-    ("cirbench", "cirbench.config", "cirbench.registry", "cirbench.defaults", "cirbench.provenance", "cirbench.kernels", "cirbench.losses",
-     "cirbench.ot", "cirbench.search", "cirbench.study"),
+    # rank 0: what describes a run (cirbench/settings/) and the registry type, with no cirbench dependency above them
+    ("cirbench", "cirbench.settings", "cirbench.registry", "cirbench._moved", "cirbench.config"),
     ("cirbench.data",),
     ("cirbench.backbones",),
-    ("cirbench.method", "cirbench.plugins", "cirbench.checkpoint"),
-    ("cirbench.engine", "cirbench.engine.predict"),
+    # the plugin contract with the math methods share (cirbench/method/), discovery, and the old paths of that math
+    ("cirbench.method", "cirbench.plugins", "cirbench.losses", "cirbench.ot", "cirbench.search"),
+    ("cirbench.engine",),
     ("cirbench.report",),
     ("cirbench.api",),
     (CLI,),
@@ -254,35 +255,104 @@ def test_the_report_keeps_its_public_names() -> None:
     assert set(cirbench.report.__all__) == REPORT_NAMES and all(hasattr(cirbench.report, n) for n in REPORT_NAMES)
 
 
-ENGINE_ROOMS: dict[str, set[str]] = {
-    "cirbench.engine.spec": {"cirbench.engine.reference"},
-    "cirbench.engine.grid": {"cirbench.engine.spec", "cirbench.engine.resources", "cirbench.engine.kept_plan"},
-    "cirbench.engine.kept_plan": {"cirbench.engine.spec"},
-    "cirbench.engine.resources": {"cirbench.engine.spec", "cirbench.engine.distributed", "cirbench.engine.features",
-                                  "cirbench.engine.hooks", "cirbench.engine.online"},
+ROOMS: dict[str, dict[str, set[str]]] = {
+    "cirbench.engine": {"planning": set(), "cell": {"planning"}, "running": {"planning", "cell"},
+                        "tools": {"planning", "cell", "running"}},
+    "cirbench.data": {"checks": set(), "noise": set(), "datasets": {"checks"}},
+    "cirbench.report.analysis": {"loading": set(), "statistics": {"loading"}, "verdicts": {"loading", "statistics"},
+                                 "rankings": {"loading", "statistics", "verdicts"}},
 }
-"""The engine modules each room may import: the plan (ids, labels, list checks) only the
-reference rows it names; the grid only the plan, the plan of its kept-set cells and what its
-cells share; those resources nothing of a cell's life."""
-RUNS_CELLS = {"cirbench.engine.grid", "cirbench.engine.worker", "cirbench.engine.runner", "cirbench.engine.launch",
-              "cirbench.engine.calibrate"}
-"""What runs cells or plans them: a cell's life (``cell.py``) imports none of it."""
+"""The rooms of the engine, the data layer and the report's analysis, each with the rooms of
+its folder it may import: planning a grid never imports a cell's life, a cell's life never
+what runs it; the datasets read files through the checks, the noise layer stands alone; the
+analysis loads, then tests, then judges, then ranks."""
+FOLDER_ROOTS = {"cirbench.data.base", "cirbench.data.loader", "cirbench.data.proposal"}
+"""The modules that sit beside a folder's rooms: the data model every data room uses, and two
+documented old paths (:mod:`cirbench._moved`)."""
+MOVED = {"cirbench.losses": "cirbench.method.losses", "cirbench.ot": "cirbench.method.ot",
+         "cirbench.search": "cirbench.method.search", "cirbench.config": "cirbench.settings.config",
+         "cirbench.data.loader": "cirbench.data.datasets.loader", "cirbench.data.proposal": "cirbench.data.noise.proposal"}
+"""The documented import paths that moved in issue 78, and their new homes."""
 
 
-def _engine_imports(module: str) -> set[str]:
-    return {t for t in _graph()[module] if t.startswith("cirbench.engine.")}
+def _folder_room(module: str) -> tuple[str, str] | None:
+    """(folder, room) of a module inside a roomed folder, None outside one."""
+    for folder in ROOMS:
+        if module.startswith(folder + "."):
+            return folder, module[len(folder) + 1:].split(".")[0]
+    return None
 
 
-def test_the_grid_plans_and_the_cell_lives() -> None:
-    """``spec.py`` plans, ``grid.py`` turns a spec into cells and says which are pending,
-    ``resources.py`` holds what cells share; none imports a cell's life, and the cell
-    imports nothing that plans or runs it (so it never climbs back up)."""
-    beyond = {m: sorted(_engine_imports(m) - allowed) for m, allowed in ENGINE_ROOMS.items()}
-    assert {m: found for m, found in beyond.items() if found} == {}
-    assert sorted(_engine_imports("cirbench.engine.cell") & RUNS_CELLS) == []
+def test_every_module_of_a_roomed_folder_is_in_a_room() -> None:
+    inside = [m for m in MODULES if _folder_room(m) and m not in FOLDER_ROOTS]
+    assert len(inside) > 60  # the reading finds the folders' modules at all
+    assert sorted(m for m in inside if _folder_room(m)[1] not in ROOMS[_folder_room(m)[0]]) == []
 
 
-@pytest.mark.parametrize("module", ["cirbench.engine.spec", "cirbench.engine.kept_plan"])
+def test_the_rooms_import_one_way() -> None:
+    """No module imports a room of its folder that its own room may not: planning never
+    imports a cell's life, a cell's life never what runs it, and so on."""
+    crossing = []
+    for module, targets in _graph().items():
+        where = _folder_room(module)
+        if where is None or module in FOLDER_ROOTS:
+            continue
+        folder, room = where
+        for target in targets:
+            there = _folder_room(target)
+            if there and there[0] == folder and target not in FOLDER_ROOTS and there[1] != room \
+                    and there[1] not in ROOMS[folder][room]:
+                crossing.append(f"{module} -> {target}")
+    assert sorted(crossing) == []
+
+
+def test_the_room_check_finds_an_upward_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell's life importing the runner is caught (the check can fail)."""
+    graph = _graph()
+    graph["cirbench.engine.cell.life"] = graph["cirbench.engine.cell.life"] | {"cirbench.engine.running.runner"}
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: graph)
+    with pytest.raises(AssertionError):
+        test_the_rooms_import_one_way()
+
+
+@pytest.mark.parametrize("room", [f"{folder}.{room}" for folder, rooms in ROOMS.items() for room in rooms])
+def test_each_room_says_what_it_holds_and_may_import(room: str) -> None:
+    """A room's ``__init__.py`` is its docstring alone, naming the rooms it may import."""
+    tree = ast.parse(MODULES[room].read_text())
+    folder, name = room.rsplit(".", 1)
+    docstring = ast.get_docstring(tree) or ""
+    assert len(tree.body) == 1 and f"{name} room" in docstring
+    assert all(f"``{other}``" in docstring for other in ROOMS[folder][name])
+
+
+def test_no_folder_holds_more_than_about_a_dozen_modules() -> None:
+    folders: dict[Path, int] = {}
+    for path in MODULES.values():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    assert len(folders) > 15 and sorted(f"{p.relative_to(ROOT)}: {n}" for p, n in folders.items() if n > 13) == []
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_moved_documented_path_still_imports_with_a_warning(old: str) -> None:
+    code = (f"import warnings, importlib; warnings.simplefilter('always'); "
+            f"caught = warnings.catch_warnings(record=True); seen = caught.__enter__(); "
+            f"old = importlib.import_module({old!r}); new = importlib.import_module({MOVED[old]!r}); "
+            f"print(old is new, any(issubclass(w.category, DeprecationWarning) and {MOVED[old]!r} in str(w.message) for w in seen))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject.toml lists every package of ``cirbench/`` (a missing one imports in a checkout
+    and fails in a wheel)."""
+    listed = set(re.findall(r'"(cirbench[\w.]*)"', (ROOT / "pyproject.toml").read_text().split("[tool.setuptools]")[1]
+                            .split("]")[0]))
+    packages = {m for m, path in MODULES.items() if path.name == "__init__.py"}
+    assert packages and sorted(packages - listed) == []
+
+
+@pytest.mark.parametrize("module", ["cirbench.engine.planning.spec", "cirbench.engine.planning.kept_plan"])
 def test_the_plan_imports_no_torch(module: str) -> None:
     """The spec, its run ids and labels, and the kept-set cells' plan are plain Python: torch
     comes only with what they name."""

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 from cirbench.backbones.blip2 import Blip2Backbone, write_random_checkpoint as write_blip2  # noqa: E402
 from cirbench.backbones.preprocess import ImagePrep  # noqa: E402
 from cirbench.cli import app  # noqa: E402
-from cirbench.data.registry import DATASETS  # noqa: E402
+from cirbench.data.datasets.registry import DATASETS  # noqa: E402
 from cirbench.plugins import discover  # noqa: E402
 
 METHODS = discover().methods.names()

@@ -1,5 +1,5 @@
 """Every script of ``benchmarks/`` runs: on ``shapes-mini`` with an epoch cut short, or on a
-small fixture of its own, through the engine's hooks (:mod:`cirbench.engine.hooks`), never
+small fixture of its own, through the engine's hooks (:mod:`cirbench.engine.cell.hooks`), never
 by patching the engine. What they print is measured by hand; here only that they work."""
 
 from __future__ import annotations

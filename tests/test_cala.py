@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from cirbench.backbones.base import TextBatch, max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import build_config, identity_dict
+from cirbench.settings.config import build_config, identity_dict
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods.cala import CaLa, CaLaConfig, batch_longest, release_query
 

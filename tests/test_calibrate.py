@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.calibrate import calibration_grid
-from cirbench.engine.grid import GridSpec
-from cirbench.report.analysis.calibration import calibration_checks
-from cirbench.report.analysis.load import load_results
+from cirbench.engine.running.calibrate import calibration_grid
+from cirbench.engine.running.grid import GridSpec
+from cirbench.report.analysis.verdicts.calibration import calibration_checks
+from cirbench.report.analysis.loading.load import load_results
 from cirbench.results.store import CellKey, ResultsStore
 
 SETTING = ("shapes", "tiny[cir]", "thirds")
@@ -308,11 +308,11 @@ def test_no_margin_at_50_percent_is_a_failure(tmp_path: Path) -> None:
 def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, cache_dir: Path) -> None:
     """A generated dataset from ``--plugin`` gets the generated datasets' held-out share, as
     ``shapes`` does (it resolved to none when the share was read before the plugin registered)."""
-    from cirbench import defaults
+    from cirbench.settings import defaults
     from cirbench.cli.grid import calibrate_grid
 
     plugin = tmp_path / "tiny_shapes.py"
-    plugin.write_text("from cirbench.data.registry import ShapesLoader\n\n\n"
+    plugin.write_text("from cirbench.data.datasets.registry import ShapesLoader\n\n\n"
                       "class TinyShapes(ShapesLoader):\n    name = 'shapes-calibrate-plugin'\n\n"
                       "    def __init__(self) -> None:\n"
                       "        super().__init__('test set', n_train_scenes=30, n_val_scenes=10)\n")
@@ -322,7 +322,7 @@ def test_calibrate_resolves_a_plugin_datasets_held_out_default(tmp_path: Path, c
 
 
 def test_the_report_names_each_hosted_method_below_clean_parity(tmp_path: Path) -> None:
-    from cirbench.report.analysis.calibration import parity_lines
+    from cirbench.report.analysis.verdicts.calibration import parity_lines
 
     (setting,) = load_results(_hosted_results(tmp_path / "a", {"tme": 0.57, "hug": 0.40})).settings
     (line,) = parity_lines(setting)

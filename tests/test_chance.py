@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from cirbench.engine.recorder import purity_rows
+from cirbench.engine.cell.recorder import purity_rows
 from cirbench.results.chance import below_chance_reason, chance_test, judge_below_chance
 from cirbench.results.store import MAIN_SCORE
 

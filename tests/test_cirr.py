@@ -12,14 +12,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cirbench.checkpoint import CheckpointError, load_method, read_checkpoint
+from cirbench.method.checkpoint import CheckpointError, load_method, read_checkpoint
 from cirbench.cli import app
-from cirbench.data.cirr import HEADLINE
-from cirbench.data.registry import DATASETS
-from cirbench.engine.evaluate import evaluate
-from cirbench.engine.features import image_tokens
+from cirbench.data.datasets.cirr import HEADLINE
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.cell.evaluate import evaluate
+from cirbench.engine.cell.features import image_tokens
 from cirbench.plugins import discover
-from cirbench.engine.predict import checkpoint_method_class, rank_test_queries, write_submission
+from cirbench.engine.tools.predict import checkpoint_method_class, rank_test_queries, write_submission
 from fixtures import ScoreTableMethod, write_cirr
 
 CIRR = DATASETS.get("cirr")

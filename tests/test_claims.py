@@ -10,10 +10,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cirbench.engine.recorder import purity_rows
+from cirbench.engine.cell.recorder import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, NOT_RUN
+from cirbench.report.analysis.verdicts.claims import CLAIMS_TITLE, check_line, kept_set_check, paper_claims, verdict_summary
+from cirbench.report.analysis.statistics.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, NOT_RUN
 from cirbench.results.chance import below_chance_reason
 from cirbench.results.store import KEY_COLUMNS, MAIN_SCORE, SCHEMAS, CellKey, ResultsStore
 from test_chance import kept_complement

@@ -14,12 +14,12 @@ import pytest
 
 from cirbench.plugins import builtin_methods_dir
 from cirbench.report import load_results
-from cirbench.report.analysis.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
-from cirbench.report.analysis.claims import check_line, claims_on, paper_claims
-from cirbench.report.analysis.leaderboard import build_leaderboard
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.references import bound_label, reference_stats
-from cirbench.report.analysis.significance import DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, NOT_RUN, UNDECIDED
+from cirbench.report.analysis.verdicts.claim_files import CLAIMS_ENV, ClaimFileError, read_claims, read_published
+from cirbench.report.analysis.verdicts.claims import check_line, claims_on, paper_claims
+from cirbench.report.analysis.rankings.leaderboard import build_leaderboard
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.rankings.references import bound_label, reference_stats
+from cirbench.report.analysis.statistics.significance import DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, NOT_RUN, UNDECIDED
 from cirbench.report.figures.gain_figure import gain_figure
 from cirbench.report.render.leaderboard_render import leaderboard_frame, legend
 from cirbench.report.tables.comparison import gain_table

@@ -14,10 +14,10 @@ import pytest
 from rich.console import Console
 
 import cirbench.cli.grid as cli_grid
-from cirbench.engine.cell import run_cell, run_reference
+from cirbench.engine.cell.life import run_cell, run_reference
 from cirbench.results.collapse import collapse_reason, final_recall
-from cirbench.engine import cell as cell_module
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell import life as cell_module
+from cirbench.engine.running.grid import Grid, GridSpec
 
 TEXT_ONLY = 0.013
 

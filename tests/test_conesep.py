@@ -12,10 +12,10 @@ import torch
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import ConfigError, build_config
-from cirbench.data.registry import ShapesLoader
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.settings.config import ConfigError, build_config
+from cirbench.data.datasets.registry import ShapesLoader
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.method import Batch, TrainingContext
 from cirbench.registry import Registry
 from cirbench_methods.conesep import (
@@ -282,7 +282,7 @@ def test_loss_switches_zero_their_term(backbone_state) -> None:
 
 def test_ranking_loss_switch_puts_infonce_in_place_of_rcl(backbone_state) -> None:
     from cirbench.backbones.base import max_token_similarity
-    from cirbench.losses import info_nce
+    from cirbench.method.losses import info_nce
 
     method = make_method(backbone_state, ranking_loss="infonce")
     batch = make_batch(method.backbone)
@@ -504,7 +504,7 @@ def test_each_release_switch_changes_its_terms_and_nothing_else(field: str) -> N
 
 
 def test_release_switches_are_late_fields_so_the_default_run_id_is_unchanged() -> None:
-    from cirbench.config import LATE_FIELD, identity_dict
+    from cirbench.settings.config import LATE_FIELD, identity_dict
 
     late = {f.name for f in dataclasses.fields(ConeSepConfig) if f.metadata.get(LATE_FIELD)}
     assert late == set(RELEASE_SWITCHES)

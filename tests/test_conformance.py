@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from cirbench.backbones.registry import BACKBONES
-from cirbench.data.noise import inject_noise
-from cirbench.data.registry import ShapesLoader
-from cirbench.engine.cell import run_cell
-from cirbench.engine.features import SamplePixels, image_tokens, pixel_encoder
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.online import OnlineTokens
-from cirbench.engine.precision import use_precision
-from cirbench.engine.train import BatchMaker
+from cirbench.data.noise.injection import inject_noise
+from cirbench.data.datasets.registry import ShapesLoader
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.cell.features import SamplePixels, image_tokens, pixel_encoder
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.cell.online import OnlineTokens
+from cirbench.engine.cell.precision import use_precision
+from cirbench.engine.cell.train import BatchMaker
 from cirbench.plugins import discover
 from cirbench.registry import Registry
 

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 import cirbench.cli.main as cli
-from cirbench.data import imagecheck
-from cirbench.data.check import DatasetProblemsError, check_dataset
-from cirbench.data.files import PathEscapeError, resolve_inside
-from cirbench.data.registry import DATASETS
+from cirbench.data.checks import imagecheck
+from cirbench.data.datasets.check import DatasetProblemsError, check_dataset
+from cirbench.data.checks.files import PathEscapeError, resolve_inside
+from cirbench.data.datasets.registry import DATASETS
 from fixtures import write_cirr, write_fashioniq
 
 

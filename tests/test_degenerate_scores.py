@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
-from cirbench.data.registry import DATASETS
-from cirbench.engine.cell import run_cell
-from cirbench.engine.evaluate import evaluate
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.retrieval import hit_probability, rank_and_ties, recall_at, target_ranks
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.cell.evaluate import evaluate
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.cell.retrieval import hit_probability, rank_and_ties, recall_at, target_ranks
 from fixtures import ScoreTableMethod, write_cirr
 
 

@@ -19,10 +19,11 @@ import pandas as pd
 import pytest
 import torch
 
-from cirbench import api, kernels
-from cirbench.engine import worker
-from cirbench.engine.runner import Event
-from cirbench.report.analysis.machines import UNRECORDED, machine_lines
+from cirbench import api
+from cirbench.engine.running import worker
+from cirbench.engine.running.runner import Event
+from cirbench.report.analysis.loading.machines import UNRECORDED, machine_lines
+from cirbench.settings import kernels
 
 GRID = dict(dataset="shapes-mini", epochs=2, batch_size=150, seeds=[0])
 METHODS, RATE = ["habit", "conesep"], 0.8
@@ -107,7 +108,7 @@ def test_a_process_that_loaded_numpy_first_records_unpinned_kernels() -> None:
     """numpy's dispatch and OpenBLAS's kernels are fixed when numpy loads: imported before
     cirbench, they are not the pins', and the record says so; ``CIRBENCH_KERNEL_PINS=off``
     leaves the environment alone."""
-    code = ("import numpy, os, json, cirbench; from cirbench import kernels; "
+    code = ("import numpy, os, json, cirbench; from cirbench.settings import kernels; "
             "print(json.dumps([kernels.kernels_used()['pinned'], os.environ.get('MKL_CBWR')]))")
     bare = {k: v for k, v in os.environ.items() if k not in {*kernels.PINS, *kernels.numpy_pin()}}  # as a user's shell
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, env=bare)

@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.distributed import average_gradients, gather_rows, init_distributed, shard_range
+from cirbench.engine.cell.distributed import average_gradients, gather_rows, init_distributed, shard_range
 
 METHODS = "sprc,tme,conesep"
 

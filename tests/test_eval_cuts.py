@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.data.holdout import hold_out
-from cirbench.data.noise import inject_noise
-from cirbench.data.registry import ShapesLoader
-from cirbench.engine.features import image_tokens
+from cirbench.data.noise.holdout import hold_out
+from cirbench.data.noise.injection import inject_noise
+from cirbench.data.datasets.registry import ShapesLoader
+from cirbench.engine.cell.features import image_tokens
 from cirbench.data.base import TripletSplit
-from cirbench.engine.evaluate import EvaluatedTargets, keeps_exactly
-from cirbench.engine.train import TrainResult, train_cell
+from cirbench.engine.cell.evaluate import EvaluatedTargets, keeps_exactly
+from cirbench.engine.cell.train import TrainResult, train_cell
 from cirbench.plugins import discover
 
 TIMINGS = {"partition_seconds"}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import cirbench.engine.reuse as reuse
+import cirbench.engine.running.reuse as reuse
 from cirbench.cli import app
 from cirbench.data.base import EvalProtocol
 

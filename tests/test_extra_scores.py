@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.report.analysis.load import load_results
-from cirbench.report.analysis.numbers import purity_per_run
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.report.analysis.loading.load import load_results
+from cirbench.report.analysis.loading.numbers import purity_per_run
 from cirbench.results.store import MAIN_SCORE, SCHEMAS, ResultsStore
 
 PLUGIN = textwrap.dedent(

@@ -12,11 +12,11 @@ import torch
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.config import ConfigError
-from cirbench.data.fashioniq import caption_variant, join_captions, summarize
-from cirbench.data.registry import DATASETS
-from cirbench.engine.evaluate import evaluate
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.settings.config import ConfigError
+from cirbench.data.datasets.fashioniq import caption_variant, join_captions, summarize
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.cell.evaluate import evaluate
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from fixtures import FIQ_CATEGORIES, ScoreTableMethod, write_fashioniq
 
 FIQ = DATASETS.get("fashioniq")

@@ -13,10 +13,10 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from cirbench.report import load_results
-from cirbench.report.analysis.glance import answer_lines
-from cirbench.report.analysis.kept_worth import METHOD_POINT, kept_worth
-from cirbench.report.analysis.leaderboard import ANSWERS, MARKS, build_leaderboard
-from cirbench.report.analysis.numbers import format_percent, format_points
+from cirbench.report.analysis.rankings.glance import answer_lines
+from cirbench.report.analysis.rankings.kept_worth import METHOD_POINT, kept_worth
+from cirbench.report.analysis.rankings.leaderboard import ANSWERS, MARKS, build_leaderboard
+from cirbench.report.analysis.loading.numbers import format_percent, format_points
 from cirbench.report.figures.kept_figure import draw_kept
 from cirbench.report.figures.labels import LABEL_GID, MARKER_PX
 from cirbench.report.figures.palette import CLEAN_COLOUR, NOISY_COLOUR, OKABE_ITO, answer_colour
@@ -126,7 +126,7 @@ def test_the_gain_figure_and_the_forest_fit(setting, tmp_path: Path) -> None:
     two 1280x800 screens tall at the width a page shows it."""
     from PIL import Image
 
-    from cirbench.report.analysis.claims import paper_claims
+    from cirbench.report.analysis.verdicts.claims import paper_claims
     from cirbench.report.figures.forest import claims_forest
     from cirbench.report.figures.gain_figure import gain_figure
 
@@ -147,8 +147,8 @@ def test_a_purity_quoted_twice_reads_one_way(setting) -> None:
     the mean of each seed's purity, two decimals there, one here, rounded by the one formatter."""
     import re
 
-    from cirbench.report.analysis.glance import at_a_glance
-    from cirbench.report.analysis.numbers import purity_per_run, summarize
+    from cirbench.report.analysis.rankings.glance import at_a_glance
+    from cirbench.report.analysis.loading.numbers import purity_per_run, summarize
     from cirbench.report.tables.comparison import purity_table
 
     means = summarize(setting, purity_per_run(setting))[("mean", "Purity")]
@@ -171,7 +171,7 @@ def test_a_purity_quoted_twice_reads_one_way(setting) -> None:
 def test_the_purity_bars_print_the_tables_purity(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each bar's printed purity is the mean of each seed's purity (the table's number), not the
     purity of the mean counts, rounded by the one formatter."""
-    from cirbench.report.analysis.numbers import purity_per_run, summarize
+    from cirbench.report.analysis.loading.numbers import purity_per_run, summarize
     from cirbench.report.figures import setting_figures
 
     drawn = {}

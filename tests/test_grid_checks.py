@@ -1,4 +1,4 @@
-"""``check-plugin``'s static checks in every grid (:mod:`cirbench.engine.grid_checks`):
+"""``check-plugin``'s static checks in every grid (:mod:`cirbench.engine.running.grid_checks`):
 through ``cirbench run``, a noise protocol that mislabels its samples, one whose proposal is
 a sample short, a dataset that breaks its rules and a backbone lacking what a method needs
 are each refused before any cell trains, naming the plugin and the rule, with nothing
@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from cirbench.backbones.base import capabilities
 from cirbench.backbones.registry import BACKBONES
 from cirbench.cli import app
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.runner import preflight
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.running.runner import preflight
 from cirbench.plugins import discover
 from cirbench.results.store import ResultsStore
 
@@ -27,7 +27,7 @@ runner = CliRunner()
 
 NOISE = textwrap.dedent('''
     import numpy as np
-    from cirbench.data.proposal import NoiseProtocol, choose_noisy, untouched
+    from cirbench.data.noise.proposal import NoiseProtocol, choose_noisy, untouched
 
     class Broken(NoiseProtocol):
         name = "{name}"
@@ -46,8 +46,8 @@ SHORT = "out.attempted[chosen] = 'caption'; out.target = out.target[:-1]"
 DATASET = textwrap.dedent('''
     from dataclasses import replace
     import numpy as np
-    from cirbench.data.loader import DatasetLoader
-    from cirbench.data.registry import DATASETS
+    from cirbench.data.datasets.loader import DatasetLoader
+    from cirbench.data.datasets.registry import DATASETS
 
     class Broken(DatasetLoader):
         name = "{name}"

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import build_config
-from cirbench.losses import per_sample_robust_contrastive
+from cirbench.settings.config import build_config
+from cirbench.method.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods.habit import (
     HABIT,

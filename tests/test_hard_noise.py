@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from cirbench.data.base import ArrayImages, CIRDataset, EvalProtocol, TripletSplit
-from cirbench.data.hard_noise import HardProtocol
-from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
-from cirbench.data.shapes import ShapesParams, load_shapes
+from cirbench.data.noise.hard import HardProtocol
+from cirbench.data.noise.injection import NOISE_PROTOCOLS, inject_noise
+from cirbench.data.datasets.shapes import ShapesParams, load_shapes
 
 
 def _dataset(n_images: int = 60, n_train: int = 80, seed: int = 0) -> tuple[CIRDataset, np.ndarray]:

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cirbench.data.holdout import HOLDOUT_COLUMN, hold_out
-from cirbench.data.noise import inject_noise
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.data.noise.holdout import HOLDOUT_COLUMN, hold_out
+from cirbench.data.noise.injection import inject_noise
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from cirbench.method import Method
-from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.loading.load import load_results
 from cirbench.report.tables.selection import selection_table
 from cirbench.results.selection import RULES, headline_by_epoch, selected_epoch, selected_epochs
 from cirbench.results.store import ResultsStore
@@ -127,7 +127,7 @@ def _two_epoch_cell(val: tuple[float, float], holdout: tuple[float, float], seed
 def test_the_claims_read_the_holdout_epoch_and_name_a_rule_that_changes_the_verdict(tmp_path: Path) -> None:
     from test_claims import _run_row
 
-    from cirbench.report.analysis.claims import claims_selection, paper_claims
+    from cirbench.report.analysis.verdicts.claims import claims_selection, paper_claims
     from cirbench.results.store import CellKey
 
     store = ResultsStore(tmp_path)

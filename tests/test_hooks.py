@@ -1,14 +1,14 @@
-"""The training loop's events (:mod:`cirbench.engine.hooks`): the engine calls them in the
+"""The training loop's events (:mod:`cirbench.engine.cell.hooks`): the engine calls them in the
 loop's order, and a profiler that keeps an epoch's first batches trains on those alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from cirbench.data.registry import ShapesLoader
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.hooks import HELD_OUT, VALIDATION, TrainingHooks
+from cirbench.data.datasets.registry import ShapesLoader
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.cell.hooks import HELD_OUT, VALIDATION, TrainingHooks
 from cirbench.registry import Registry
 
 from fixtures import use_datasets

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import build_config
-from cirbench.engine.ablation import expand_ablations
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.settings.config import build_config
+from cirbench.engine.planning.ablation import expand_ablations
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 from cirbench_methods import hug as H
@@ -318,7 +318,7 @@ def test_every_table3_row_trains_a_step() -> None:
 
 
 def test_ablate_hug_builds_each_table3_rows_config() -> None:
-    """``--ablate hug``'s rows (:mod:`cirbench.engine.ablation`) give each Table 3 row its switches."""
+    """``--ablate hug``'s rows (:mod:`cirbench.engine.planning.ablation`) give each Table 3 row its switches."""
     ablation = expand_ablations(["hug"], discover().methods)
     assert ablation.labels == ["hug"] + [f"hug:{row}" for row in H.TABLE3_ROWS if row != "full"]
     for label, row in zip(ablation.labels, ["full"] + [r for r in H.TABLE3_ROWS if r != "full"]):

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.report import build_report, load_results
 from cirbench.results.store import TABLES, ResultsStore
 from cirbench.results.verify import DATA_TABLES, check_cell, check_folder, recorded_parts
@@ -200,8 +200,8 @@ def test_a_checkpoint_is_recorded_and_checked(tmp_path: Path, cache_dir: Path) -
     checkpoint.write_bytes(checkpoint.read_bytes()[:-10])
     (problem,) = check_cell(tmp_path / "r", cell.key.run_id)
     assert problem.file == checkpoint
-    from cirbench.checkpoint import CheckpointError
-    from cirbench.engine.predict import _check_record
+    from cirbench.method.checkpoint import CheckpointError
+    from cirbench.engine.tools.predict import _check_record
 
     with pytest.raises(CheckpointError, match="damaged record"):
         _check_record(checkpoint, {"run_id": cell.key.run_id})

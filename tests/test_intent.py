@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods.intent import (
     INTENT,
@@ -23,7 +23,7 @@ from cirbench_methods.intent import (
     spectrum_window,
     warmup_length,
 )
-from cirbench.losses import robust_contrastive
+from cirbench.method.losses import robust_contrastive
 
 N, B = 16, 8
 WORDS = "add remove red blue green circle square triangle large small left right".split()

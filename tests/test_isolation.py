@@ -12,10 +12,10 @@ import pandas as pd
 import torch
 
 from cirbench.backbones.registry import BACKBONES
-from cirbench.data.noise import NoiseManifest, inject_noise
-from cirbench.data.registry import DATASETS
-from cirbench.engine.features import image_tokens
-from cirbench.engine.train import train_cell
+from cirbench.data.noise.injection import NoiseManifest, inject_noise
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.cell.features import image_tokens
+from cirbench.engine.cell.train import train_cell
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 from cirbench.plugins import discover
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cirbench.engine import launch
-from cirbench.engine.grid import Grid, GridError, GridSpec
-from cirbench.engine.kept_plan import waiting_replays, waves
-from cirbench.engine.kept_sets import KeptSetError, frontier_rows, noise_type_rows, replay_rows
+from cirbench.engine.running import launch
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
+from cirbench.engine.planning.kept_plan import waiting_replays, waves
+from cirbench.engine.cell.kept_sets import KeptSetError, frontier_rows, noise_type_rows, replay_rows
 from cirbench.results.store import ResultsStore
 
 

@@ -22,11 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.runner import run_grid
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.running.runner import run_grid
 from cirbench.report import build_report
-from cirbench.report.analysis.kept_worth import kept_worth
-from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.rankings.kept_worth import kept_worth
+from cirbench.report.analysis.loading.load import load_results
 from cirbench.report.tables.kept_worth import decomposition_table
 from cirbench.results.store import MAIN_SCORE, TABLES, ResultsStore
 

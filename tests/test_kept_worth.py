@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cirbench.engine.recorder import purity_rows
+from cirbench.engine.cell.recorder import purity_rows
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.kept_worth import NONE_LINE, kept_worth, on_kept_seeds
+from cirbench.report.analysis.rankings.kept_worth import NONE_LINE, kept_worth, on_kept_seeds
 from cirbench.report.tables.kept_worth import DECOMPOSITION_TITLE, NOISE_TYPES_TITLE
 from cirbench.results.store import MAIN_SCORE, CellKey, ResultsStore
 from test_claims import N_TRAIN, _cell, _run_row, write_claims_results

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("submitit")
 
-from cirbench.engine.grid import Grid, GridError, GridSpec  # noqa: E402
-from cirbench.engine.launch import absolute_spec, pending_cells, submit_grid  # noqa: E402
+from cirbench.engine.running.grid import Grid, GridError, GridSpec  # noqa: E402
+from cirbench.engine.running.launch import absolute_spec, pending_cells, submit_grid  # noqa: E402
 
 
 def _spec(tmp_path: Path, data_dir: Path) -> GridSpec:

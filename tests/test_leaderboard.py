@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.claim_files import SHIPPED, read_claims
-from cirbench.report.analysis.claims import Check, p_value, paper_claims
-from cirbench.report.analysis.leaderboard import BEST, TIED, WORSE, build_leaderboard
-from cirbench.report.analysis.significance import HOLDS
+from cirbench.report.analysis.verdicts.claim_files import SHIPPED, read_claims
+from cirbench.report.analysis.verdicts.claims import Check, p_value, paper_claims
+from cirbench.report.analysis.rankings.leaderboard import BEST, TIED, WORSE, build_leaderboard
+from cirbench.report.analysis.statistics.significance import HOLDS
 from cirbench.report.figures.forest import draw_forest, forest_panels, row_words
 from cirbench.report.figures.palette import REFERENCE_STYLES, method_styles
 from cirbench.results.store import CellKey, ResultsStore

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cirbench.engine.cell import run_cell
-import cirbench.engine.cell as cell_module
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell.life import run_cell
+import cirbench.engine.cell.life as cell_module
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.results.locks import STALE_AFTER_SECONDS, CellLock, live_holder, live_locks, lock_path
 
 

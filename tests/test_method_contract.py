@@ -2,7 +2,7 @@
 (one mistake each) is refused by ``cirbench check-plugin`` and by ``cirbench run``, with one
 message naming the method, the field, what the contract wants and what came, at the step
 where it came; a method whose name is taken is refused by both before any work, naming both
-files. Each rule of :mod:`cirbench.engine.step_rules` has a plugin here that would run to
+files. Each rule of :mod:`cirbench.engine.cell.step_rules` has a plugin here that would run to
 exit 0 with wrong numbers, or fail with another library's words, without its check."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_a_run_stops_its_cell_with_the_same_message(method: str, ran: tuple[str,
     row = runs.loc[method]
     assert row.status == "failed" and row.steps == 0
     last = row.error.strip().splitlines()[-1]
-    assert last.startswith("cirbench.engine.step_rules.MethodContractError: "), row.error
+    assert last.startswith("cirbench.engine.cell.step_rules.MethodContractError: "), row.error
     message = last.split(": ", 1)[1]
     assert_refusal(method, message)
     assert f"failed: {method} noise=0.5 seed=0: MethodContractError: {message}" in output  # whole, not cut at 80 columns

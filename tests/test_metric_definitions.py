@@ -7,8 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cirbench.data import cirr, fashioniq
-from cirbench.report.analysis.bootstrap import rank_terms
+from cirbench.data.datasets import cirr
+
+from cirbench.data.datasets import fashioniq
+from cirbench.report.analysis.statistics.bootstrap import rank_terms
 from cirbench.results.headline import headline_column, wide_columns
 from cirbench.results.metrics import AVERAGES, CIRR_AVERAGE, FASHIONIQ_AVERAGE, RECALL, RECALL_NAME, metric_label, recall_name
 

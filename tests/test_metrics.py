@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from cirbench.engine.recorder import purity_rows
-from cirbench.engine.retrieval import recall_at, subset_scores, target_ranks
+from cirbench.engine.cell.recorder import purity_rows
+from cirbench.engine.cell.retrieval import recall_at, subset_scores, target_ranks
 
 
 def test_target_ranks_hand_computed() -> None:

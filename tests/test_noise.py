@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
+from cirbench.data.noise.injection import NOISE_PROTOCOLS, inject_noise
 from synthetic import toy_dataset
 
 
@@ -83,7 +83,7 @@ def test_same_seed_same_manifest_other_seed_differs() -> None:
 def test_manifest_hash_is_stable_across_processes() -> None:
     code = (
         "import sys; sys.path.insert(0, 'tests');"
-        "from synthetic import toy_dataset; from cirbench.data.noise import inject_noise;"
+        "from synthetic import toy_dataset; from cirbench.data.noise.injection import inject_noise;"
         "print(inject_noise(toy_dataset(n_train=200), 'thirds', 0.5, seed=7)[1].hash)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

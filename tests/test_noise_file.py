@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.data.noise import inject_noise
-from cirbench.data.noise_file import NoiseFileError, read_instance
-from cirbench.data.registry import DATASETS
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.data.noise.injection import inject_noise
+from cirbench.data.noise.instance_file import NoiseFileError, read_instance
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from fixtures import write_cirr, write_fashioniq
 from test_release_noise import releases_shuffle
 

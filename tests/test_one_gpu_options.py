@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from cirbench.backbones.registry import BACKBONES
 from cirbench.cli import app
-from cirbench.data.registry import DATASETS
-from cirbench.engine.features import image_tokens
-from cirbench.engine.online import OnlineTokens, cache_bytes, check_cache_fits
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.cell.features import image_tokens
+from cirbench.engine.cell.online import OnlineTokens, cache_bytes, check_cache_fits
 
 
 @pytest.fixture(scope="module")

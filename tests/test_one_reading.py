@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 
 from cirbench.report import load_results
-from cirbench.report.analysis.claims import VERDICT_RULE, Check, check_line, claims_intro, paper_claims
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, LAST_EPOCH, format_mean
-from cirbench.report.analysis.selection import rule_view
-from cirbench.report.analysis.significance import HOLDS, Comparison
+from cirbench.report.analysis.verdicts.claims import VERDICT_RULE, Check, check_line, claims_intro, paper_claims
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, LAST_EPOCH, format_mean
+from cirbench.report.analysis.loading.selection import rule_view
+from cirbench.report.analysis.statistics.significance import HOLDS, Comparison
 from cirbench.report.figures.forest import VERDICT_STYLES, ForestRow, x_limits
 from cirbench.report.figures.gain_figure import y_limits
 from cirbench.report.figures.palette import OKABE_ITO, ORACLE_STYLE
 from cirbench.report.render.content import assemble
-from cirbench.report.analysis.glance import answer_lines
+from cirbench.report.analysis.rankings.glance import answer_lines
 from cirbench.report.render.leaderboard_render import leaderboard_html, legend
 from cirbench.report.render.table_text import to_html, to_markdown
 from cirbench.report.tables.model import TOP_MARK

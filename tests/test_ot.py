@@ -1,4 +1,4 @@
-"""Tests for the batched log-domain Sinkhorn solver with blocked paths (cirbench.ot)."""
+"""Tests for the batched log-domain Sinkhorn solver with blocked paths (cirbench.method.ot)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ot as pot
 import pytest
 import torch
 
-from cirbench.ot import sinkhorn_log
+from cirbench.method.ot import sinkhorn_log
 
 
 def _pot_plan(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float) -> np.ndarray:

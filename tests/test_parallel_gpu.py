@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cirbench.engine import worker
-
-
+from cirbench.engine.running import worker
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
     """A CUDA build's calls recorded instead of made (no GPU on the test machines)."""

@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from cirbench.engine.cell import run_cell
+from cirbench.engine.cell.life import run_cell
 import cirbench.plugins as plugins
 from cirbench.backbones.registry import BACKBONES
-from cirbench.data.noise import NOISE_PROTOCOLS
-from cirbench.data.registry import DATASETS
-from cirbench.engine.conformance import (backbone_problems, check_plugin_file, dataset_problems, micro_dataset,
+from cirbench.data.noise.injection import NOISE_PROTOCOLS
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.tools.conformance import (backbone_problems, check_plugin_file, dataset_problems, micro_dataset,
                                          noise_problems)
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from cirbench.report import build_report
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 NOISE_PLUGIN = textwrap.dedent(
     '''
-    from cirbench.data.proposal import NoiseProtocol, choose_noisy, untouched
+    from cirbench.data.noise.proposal import NoiseProtocol, choose_noisy, untouched
 
     class {cls}(NoiseProtocol):
         name = "{name}"
@@ -100,7 +100,7 @@ def test_a_plugin_name_taken_by_a_builtin_is_ignored(tmp_path: Path) -> None:
     (None, "no such file"),
     ("import not_a_module_anywhere\n", "cannot be imported: .*line 1.*not_a_module_anywhere"),
     ("X = 1\n", "defines no plugin .*DatasetLoader.*NoiseProtocol.*Backbone"),
-    ("from cirbench.data.proposal import NoiseProtocol\nclass Lazy(NoiseProtocol):\n    name = 'lazy'\n",
+    ("from cirbench.data.noise.proposal import NoiseProtocol\nclass Lazy(NoiseProtocol):\n    name = 'lazy'\n",
      "noise protocol 'lazy'.* does not implement propose"),
     ("from cirbench.backbones.registry import BackboneFactory\nclass B(BackboneFactory):\n    name = 'b'\n    default_lr = 1.0\n",
      "backbone 'b'.* does not implement __call__"),

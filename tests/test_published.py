@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.report.analysis.load import COLLAPSE_MARK
-from cirbench.report.analysis.published import METRICS, PublishedFileError, load_published, read_published
+from cirbench.report.analysis.loading.load import COLLAPSE_MARK
+from cirbench.report.analysis.verdicts.published import METRICS, PublishedFileError, load_published, read_published
 from fixtures import write_cirr, write_fashioniq
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cirbench.engine.cell import run_cell, run_reference
-from cirbench.engine.evaluate import NO_SUBSET_RANK
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.report.analysis.load import load_results
+from cirbench.engine.cell.life import run_cell, run_reference
+from cirbench.engine.cell.evaluate import NO_SUBSET_RANK
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.report.analysis.loading.load import load_results
 from cirbench.results.selection import selected_epochs
 from cirbench.results.store import SCHEMAS
 
@@ -59,7 +59,7 @@ def test_recall_recomputed_from_stored_ranks_equals_the_stored_metric(mini_resul
 def test_the_epochs_a_rule_selects_are_kept_and_subset_ranks_are_filled(mini_results: Path, cache_dir: Path) -> None:
     ranks = pd.read_parquet(mini_results / "ranks")
     sprc = ranks[ranks.method == "sprc"]
-    from cirbench.data.registry import DATASETS
+    from cirbench.data.datasets.registry import DATASETS
 
     n_val = len(DATASETS.get("shapes-mini")(cache_dir, None).val)
     metrics = pd.read_parquet(mini_results / "metrics")
@@ -84,8 +84,8 @@ def test_the_report_carries_the_ranks_of_completed_runs_and_old_results_load(min
 
 
 def test_the_headline_recomputed_by_the_query_bootstrap_equals_the_table(mini_results: Path) -> None:
-    from cirbench.report.analysis.bootstrap import QueryBootstrap, rank_terms
-    from cirbench.report.analysis.numbers import headline_column, run_columns
+    from cirbench.report.analysis.statistics.bootstrap import QueryBootstrap, rank_terms
+    from cirbench.report.analysis.loading.numbers import headline_column, run_columns
 
     (setting,) = load_results(mini_results).settings
     per_run = run_columns(setting)

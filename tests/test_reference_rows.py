@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from cirbench.backbones.registry import BACKBONES
-from cirbench.engine.cell import run_cell, run_reference
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.reference import TextBlind, TextOnly, ZeroShot
-from cirbench.losses import per_sample_info_nce
+from cirbench.engine.cell.life import run_cell, run_reference
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.planning.reference import TextBlind, TextOnly, ZeroShot
+from cirbench.method.losses import per_sample_info_nce
 from cirbench.method import Batch, MethodConfig, TrainingContext
 from cirbench.plugins import discover
 from cirbench.report import build_report
-from cirbench.report.analysis.load import load_results
-from cirbench.report.analysis.references import bound_label, reference_stats
+from cirbench.report.analysis.loading.load import load_results
+from cirbench.report.analysis.rankings.references import bound_label, reference_stats
 
 
 def _batch(backbone, n: int = 6, seed: int = 0) -> Batch:

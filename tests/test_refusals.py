@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from cirbench import plugins
 from cirbench.cli import app
-from cirbench.config import ConfigError, build_config
-from cirbench.engine.cell import run_reference
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.settings.config import ConfigError, build_config
+from cirbench.engine.cell.life import run_reference
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 from cirbench.method import MethodConfig
 from cirbench.registry import UnknownNameError
 

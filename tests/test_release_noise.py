@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cirbench.data.fashioniq import join_captions
-from cirbench.data.noise import NOISE_PROTOCOLS, inject_noise
-from cirbench.data.registry import DATASETS
-from cirbench.data.release_noise import ReleaseProtocol, release_moves
-from cirbench.engine.conformance import noise_problems
+from cirbench.data.datasets.fashioniq import join_captions
+from cirbench.data.noise.injection import NOISE_PROTOCOLS, inject_noise
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.data.noise.release import ReleaseProtocol, release_moves
+from cirbench.engine.tools.conformance import noise_problems
 from fixtures import FIQ_CATEGORIES, write_cirr, write_fashioniq
 
 FIELDS = {"fashioniq": ("candidate", "captions", "target"), "cirr": ("reference", "caption", "target_hard")}

@@ -14,13 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cirbench.cli import app
-from cirbench.engine.recorder import purity_rows
+from cirbench.engine.cell.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
-from cirbench.report.analysis.glance import answer_lines
-from cirbench.report.analysis.leaderboard import build_leaderboard
-from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
+from cirbench.report.analysis.rankings.glance import answer_lines
+from cirbench.report.analysis.rankings.leaderboard import build_leaderboard
+from cirbench.report.analysis.loading.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
 from cirbench.report.render.table_text import to_html, to_markdown
-from cirbench.report.analysis.claims import recall_judge
+from cirbench.report.analysis.verdicts.claims import recall_judge
 from cirbench.report.tables.comparison import ablation_table, recall_table
 from cirbench.report.tables.model import Cell
 from cirbench.results.chance import below_chance_reason
@@ -407,8 +407,8 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
             return []
 
     monkeypatch.setattr(grid_module, "Grid", DoneGrid)
-    monkeypatch.setattr("cirbench.engine.runner.check_grid", lambda grid, announce: None)  # a fake grid: no plugins to check
-    monkeypatch.setattr("cirbench.engine.runner.refuse_another_evaluation", lambda grid: None)  # nor a dataset to load
+    monkeypatch.setattr("cirbench.engine.running.runner.check_grid", lambda grid, announce: None)  # a fake grid: no plugins to check
+    monkeypatch.setattr("cirbench.engine.running.runner.refuse_another_evaluation", lambda grid: None)  # nor a dataset to load
     result = CliRunner().invoke(app, ["run", "--methods", "sprc", "--noise", "0.2", "--output", str(root),
                                       "--report", "--report-dir", str(tmp_path / "after")])
     assert result.exit_code == 0, result.output

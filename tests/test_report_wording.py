@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from cirbench.plugins import discover
-from cirbench.report.analysis.claim_files import SHIPPED, read_claims
-from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.verdicts.claim_files import SHIPPED, read_claims
+from cirbench.report.analysis.loading.load import Setting
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 

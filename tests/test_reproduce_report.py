@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 import cirbench.cli.main as cli
 
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.engine.runner import run_grid
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.engine.running.runner import run_grid
 from cirbench.results.store import ResultsStore
 
 
@@ -78,7 +78,7 @@ def test_a_reference_of_one_seed_cannot_answer(reference: Path, cache_dir: Path,
 def test_a_report_folder_is_a_reference_too(reference: Path, cache_dir: Path, tmp_path: Path) -> None:
     """A newcomer has the committed report, not its results folder: its cells table answers alike."""
     from cirbench.report.render.build import build_report
-    from cirbench.report.analysis.cells import FINAL_METRICS_FILE
+    from cirbench.report.analysis.loading.cells import FINAL_METRICS_FILE
 
     report = tmp_path / "report"
     build_report(reference, report)

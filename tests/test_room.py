@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.calibration import room_lines
-from cirbench.report.analysis.claims import paper_claims
-from cirbench.report.analysis.room import ROOM_TITLE, paper_range, paper_shares, won_back
+from cirbench.report.analysis.verdicts.calibration import room_lines
+from cirbench.report.analysis.verdicts.claims import paper_claims
+from cirbench.report.analysis.verdicts.room import ROOM_TITLE, paper_range, paper_shares, won_back
 from cirbench.report.figures.forest import plotted_checks
 from test_calibrate import _results
 from test_claims import write_claims_results

@@ -10,7 +10,7 @@ import pytest
 
 from cirbench.backbones import tiny_release
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.engine.grid import Grid, GridError, GridSpec
+from cirbench.engine.running.grid import Grid, GridError, GridSpec
 
 
 def _ids(tmp_path: Path, **kw) -> dict[tuple[str, float | str, int], str]:

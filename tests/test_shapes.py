@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cirbench.data import shapes
-from cirbench.data.shapes import (
+from cirbench.data.datasets import shapes
+from cirbench.data.datasets.shapes import (
     SHAPES_COLOURS,
     SHAPES_SHAPES,
     ShapesParams,
@@ -55,7 +55,7 @@ def test_deterministic_in_process_and_seed_sensitive(small) -> None:
 def test_deterministic_across_processes(small) -> None:
     code = (
         "import hashlib, json\n"
-        "from cirbench.data.shapes import ShapesParams, generate_shapes\n"
+        "from cirbench.data.datasets.shapes import ShapesParams, generate_shapes\n"
         "p, ids, meta = generate_shapes(ShapesParams(seed=3, n_train_scenes=60, n_val_scenes=20, mods_per_scene=2,"
         " val_family_size=8, subset_size=4))\n"
         "h = hashlib.sha256(p.tobytes()); h.update(json.dumps([ids, meta], sort_keys=True).encode())\n"

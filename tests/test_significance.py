@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from cirbench.report.analysis.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
-from cirbench.report.analysis.numbers import CIRR_AVG, FIQ_AVG
-from cirbench.report.analysis.significance import (
+from cirbench.report.analysis.statistics.bootstrap import QueryBootstrap, RankTerm, SampleBootstrap, rank_terms, weighted_auroc
+from cirbench.report.analysis.loading.numbers import CIRR_AVG, FIQ_AVG
+from cirbench.report.analysis.statistics.significance import (
     BETTER, DEFAULT_MARGIN, DOES_NOT_HOLD, EQUIVALENT, HOLDS, NOT_RUN, UNDECIDED, WORSE, Comparison, Term, answer,
     combine_verdicts, difference, half_width_text, kept_set_test, kept_set_verdict, paired_comparison, seed_interval,
     verdict,

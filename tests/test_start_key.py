@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from cirbench.backbones.tiny_pretrain import build_tiny
 from cirbench.cli import app
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.results.store import ResultsStore
 from start_release import altered_start, use_release
 
@@ -64,8 +64,7 @@ def test_the_caches_exist_before_worker_processes_start_even_with_the_references
     (and so skipped) the main process still builds them first (a worker pre-training the
     start on its one thread once made a second start; the default start is now released, so
     nothing is pre-trained at all)."""
-    from cirbench.engine import runner as runner_module
-
+    from cirbench.engine.running import runner as runner_module
     fresh_cache = tmp_path / "fresh-cache"
     grid = Grid(GridSpec(methods=["sprc"], noise_rates=[0.0, 0.5], dataset="shapes-mini", epochs=1, batch_size=64,
                          output=tmp_path / "results", cache_dir=fresh_cache))

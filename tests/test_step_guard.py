@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cirbench.backbones.base import TextBatch
 from cirbench.cli import app
-from cirbench.engine.step_rules import BatchGuard, MethodContractError, check_epoch_kept, check_partition, check_step
+from cirbench.engine.cell.step_rules import BatchGuard, MethodContractError, check_epoch_kept, check_partition, check_step
 from cirbench.method import Batch, Partition, StepOutput
 
 ONE_EMPTY_STEP = '''

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cirbench.engine.cell import run_cell
-import cirbench.engine.cell as cell_module
-from cirbench.engine.grid import Grid, GridSpec
+from cirbench.engine.cell.life import run_cell
+import cirbench.engine.cell.life as cell_module
+from cirbench.engine.running.grid import Grid, GridSpec
 from cirbench.results.atomic import atomic_write
 from cirbench.results.store import TABLES, ResultsStore
 

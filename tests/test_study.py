@@ -14,7 +14,7 @@ from cirbench.cli.grid import calibrate_grid, sweep_grid, validated_grid
 from cirbench.cli.options import console
 from cirbench.api.study import study_grid
 from cirbench.cli.study import run_study
-from cirbench.study import StudyError, load_study
+from cirbench.settings.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = """

@@ -95,7 +95,7 @@ def test_the_counted_step_extrapolates_to_a_larger_batch(method: str, environmen
 
     from cirbench.api.plan import _batch, scaled_step_gflop, step_gflop
     from cirbench.backbones.registry import BACKBONES
-    from cirbench.engine.grid import Grid, GridSpec
+    from cirbench.engine.running.grid import Grid, GridSpec
 
     grid = Grid(GridSpec(methods=[method], noise_rates=[0.0], dataset="fashioniq", backbone="blip2", cache_dir=tmp_path))
     backbone, dataset, cpu = BACKBONES.get("blip2")(0, tmp_path, None), grid.resources.dataset(), torch.device("cpu")

@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 
 from cirbench.backbones.registry import BACKBONES
 from cirbench.cli import app
-from cirbench.config import build_config
-from cirbench.engine.sweep import SweepError, sweep_rows
+from cirbench.settings.config import build_config
+from cirbench.engine.planning.sweep import SweepError, sweep_rows
 from cirbench.plugins import discover
-from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.loading.load import load_results
 from cirbench.report.tables.tuned import trial_selection, tuned_table
 from cirbench.results.labels import TRIAL_LABEL, trial_label
 from cirbench.results.store import ResultsStore
-from cirbench.search import LR_SPACE, trial_values
+from cirbench.method.search import LR_SPACE, trial_values
 
 runner = CliRunner()
 BUILTINS = ["sprc", "tme", "conesep", "hug", "habit", "intent", "ssn", "cala", "oracle"]
@@ -109,7 +109,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from cirbench.method import Method, MethodConfig, StepOutput
-from cirbench.search import Distribution, LogUniform
+from cirbench.method.search import Distribution, LogUniform
 
 
 @dataclass

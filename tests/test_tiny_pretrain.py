@@ -11,7 +11,7 @@ import torch
 from cirbench.backbones import tiny_pretrain
 from cirbench.backbones.registry import BACKBONES
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.data.shapes import ShapesParams, generate_shapes
+from cirbench.data.datasets.shapes import ShapesParams, generate_shapes
 
 
 @pytest.mark.parametrize("stage", ["stage1", "cir"])
@@ -66,7 +66,7 @@ def test_factory_weights_tags(tmp_path, quick_pretraining) -> None:
 
 
 def test_results_name_the_backbone_weights(tmp_path) -> None:
-    from cirbench.engine.grid import Grid, GridSpec, backbone_label
+    from cirbench.engine.running.grid import Grid, GridSpec, backbone_label
 
     def spec(**kw) -> GridSpec:
         return GridSpec(methods=["sprc"], noise_rates=[0.0], output=tmp_path, cache_dir=tmp_path, **kw)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import ConfigError, build_config
-from cirbench.data.registry import ShapesLoader
-from cirbench.engine.cell import run_cell
-from cirbench.engine.grid import Grid, GridSpec
-from cirbench.losses import per_sample_robust_contrastive
+from cirbench.settings.config import ConfigError, build_config
+from cirbench.data.datasets.registry import ShapesLoader
+from cirbench.engine.cell.life import run_cell
+from cirbench.engine.running.grid import Grid, GridSpec
+from cirbench.method.losses import per_sample_robust_contrastive
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 from cirbench.registry import Registry

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import TinyBackbone
-from cirbench.config import ConfigError, build_config, identity_dict
-from cirbench.losses import info_nce, per_sample_info_nce
+from cirbench.settings.config import ConfigError, build_config, identity_dict
+from cirbench.method.losses import info_nce, per_sample_info_nce
 from cirbench.method import Batch, TrainingContext
 from cirbench.plugins import discover
 

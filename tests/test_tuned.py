@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from cirbench.report import build_report, load_results
-from cirbench.report.analysis.glance import answer_lines, answers_intro
-from cirbench.report.analysis.leaderboard import BETTER, DEFAULT_BOARD, TUNED_BOARD, WORSE, build_leaderboard
-from cirbench.report.analysis.load import sweep_seeds
-from cirbench.report.analysis.tuned import picked_trials, trial_selection, tuned_board
+from cirbench.report.analysis.rankings.glance import answer_lines, answers_intro
+from cirbench.report.analysis.rankings.leaderboard import BETTER, DEFAULT_BOARD, TUNED_BOARD, WORSE, build_leaderboard
+from cirbench.report.analysis.loading.load import sweep_seeds
+from cirbench.report.analysis.rankings.tuned import picked_trials, trial_selection, tuned_board
 from cirbench.report.tables.claim_cells import claim_cells_tables
 from cirbench.report.tables.tuned import tuned_table
 from cirbench.results.store import CellKey, ResultsStore
@@ -215,7 +215,7 @@ def test_the_report_shows_the_tuned_leaderboard_beside_the_default_and_the_claim
 
 
 def test_the_claim_cells_set_each_method_at_each_temperature_side_by_side(setting) -> None:
-    from cirbench.report.analysis.selection import rule_view
+    from cirbench.report.analysis.loading.selection import rule_view
 
     (table,) = claim_cells_tables(rule_view(setting, "holdout").setting)
     assert table.columns == ["at sprc's temperature (logit scale 14.3)", "at SSN's temperature (logit scale 100)"]
@@ -231,7 +231,7 @@ def test_the_claim_cells_set_each_method_at_each_temperature_side_by_side(settin
 
 
 def test_the_temperature_claim_compares_the_methods_at_one_temperature_each(setting) -> None:
-    from cirbench.report.analysis.claims import paper_claims
+    from cirbench.report.analysis.verdicts.claims import paper_claims
 
     claim = paper_claims(setting, n_resamples=300)[-1]
     assert claim.short == "ssn's lead survives sprc's temperature"

@@ -16,9 +16,9 @@ import pytest
 from cirbench.api.grids import grid, sweep
 from cirbench.api.study import StudyRunner
 from cirbench.api.tuned import sweep_picks, tuned_plan
-from cirbench.engine.grid import Grid
+from cirbench.engine.running.grid import Grid
 from cirbench.results.store import ResultsStore
-from cirbench.study import StudyError, load_study
+from cirbench.settings.study import StudyError, load_study
 from test_tuned import write_key
 
 # held-out R@10 of each trial at each rate (validation: trial 1 always best, 0.9)

@@ -44,7 +44,7 @@ from torch import nn
 from parity import harness
 
 from cirbench.backbones.base import TextBatch
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch
 from cirbench_methods.cala import CaLa, CaLaConfig, HingeCrossAttention, TwinAttentionCompositor, batch_longest
 

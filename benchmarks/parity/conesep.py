@@ -21,9 +21,9 @@ noisy row cannot reach its own target).
 The Sinkhorn solvers see the same cost and mask and make the same updates (log-domain,
 rows then columns, uniform marginals; the release's ``-1e6`` on a blocked path is an exact
 zero in float64, as the port's ``-inf``), but stop by different rules: the release once the
-row potentials change by less than ``thresh = 1e-4`` in total, ``cirbench.ot.sinkhorn_log``
+row potentials change by less than ``thresh = 1e-4`` in total, ``cirbench.method.ot.sinkhorn_log``
 once every row marginal is within ``sinkhorn_tol`` (checked every 10 iterations), and
-``cirbench.ot`` has no potential-based stop. The adapter calls the release's solver with
+``cirbench.method.ot`` has no potential-based stop. The adapter calls the release's solver with
 ``thresh=0`` and the port's release readings set ``sinkhorn_tol = 0``: both run the
 release's cap of 100 iterations and the plans agree to about 1e-9. At the shipped stops
 they differ by up to 3.3e-5 per entry on these inputs (plans of entries up to 1/16), 3e-5
@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench_methods import conesep as port
 
 from . import harness
@@ -78,7 +78,7 @@ NOT_COMPARABLE = {
     "negative prompt start and gradient routing": "prompt_load copies the query tokens; every loss reaches the "
                                                   "Q-Former: parameters and autograd, not a value of these features "
                                                   "(port: negative_init=copy, nbl_gradient=all)",
-    "sinkhorn stop": "the release stops once its row potentials change by < 1e-4 in total, cirbench.ot.sinkhorn_log "
+    "sinkhorn stop": "the release stops once its row potentials change by < 1e-4 in total, cirbench.method.ot.sinkhorn_log "
                      "on the row marginals every 10 iterations; compared at the release's 100-iteration cap "
                      "(release thresh=0, port sinkhorn_tol=0); at the shipped stops the plans differ by up to 3.3e-5",
     "loss weights and schedule": "train.py: 2 warm-up epochs of 12, weights 0.5 (Eq. 6), 0.8 (Eq. 7), 0.5 (Eq. 12): "

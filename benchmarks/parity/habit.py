@@ -36,7 +36,7 @@ from torch import nn
 from parity import harness
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch
 from cirbench_methods.habit import (HABIT, HABITConfig, SampleHistory, batch_matched_min_samples, dbscan_outliers,
                                     rcl_rows)

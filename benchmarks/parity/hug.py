@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import ComposerOutput, TextBatch
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods import hug as port
 

@@ -37,7 +37,7 @@ from torch import nn
 from parity import harness
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch
 from cirbench_methods.intent import INTENT, INTENTConfig, amplitude_mix, linear_cka, rcl_loss, warmup_length
 

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import Backbone, ComposerOutput, TextBatch
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench.method import Batch, TrainingContext
 from cirbench_methods import sprc as port
 

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.config import build_config
+from cirbench.settings.config import build_config
 from cirbench_methods import tme as port
 
 from . import harness

@@ -1,12 +1,12 @@
 """A grid from Python, as ``cirbench run``, ``sweep`` and ``calibrate`` build it: the held-out
-rule, the default rows and noise rates (:mod:`cirbench.defaults`), an ablation's rows
-(:mod:`cirbench.engine.ablation`), a sweep's trials (:mod:`cirbench.engine.sweep`) and the
-calibration grid (:mod:`cirbench.engine.calibrate`), then the pre-flight and the run. The
+rule, the default rows and noise rates (:mod:`cirbench.settings.defaults`), an ablation's rows
+(:mod:`cirbench.engine.planning.ablation`), a sweep's trials (:mod:`cirbench.engine.planning.sweep`) and the
+calibration grid (:mod:`cirbench.engine.running.calibrate`), then the pre-flight and the run. The
 command line parses its options into these calls and shows what they return.
 
-Every builder takes the other :class:`~cirbench.engine.spec.GridSpec` fields as keywords
+Every builder takes the other :class:`~cirbench.engine.planning.spec.GridSpec` fields as keywords
 (``seeds``, ``dataset``, ``epochs``, ``output``, ``plugin_files``, ...) and raises
-:class:`~cirbench.engine.spec.GridError` (or :class:`~cirbench.config.ConfigError` for a bad
+:class:`~cirbench.engine.planning.spec.GridError` (or :class:`~cirbench.settings.config.ConfigError` for a bad
 override) before any work.
 """
 
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cirbench import defaults
-from cirbench.data.registry import DATASETS
-from cirbench.engine.ablation import describe_ablation, expand_ablations, merge_rows
-from cirbench.engine.calibrate import calibration_grid
-from cirbench.engine.cell import CellOutcome
-from cirbench.engine.grid import Grid
-from cirbench.engine.runner import Preflight, Report, preflight, resolve_jobs, run_grid
-from cirbench.engine.spec import GridError, GridSpec, absolute_spec
-from cirbench.engine.sweep import SweepError, sweep_rows
+from cirbench.settings import defaults
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.planning.ablation import describe_ablation, expand_ablations, merge_rows
+from cirbench.engine.running.calibrate import calibration_grid
+from cirbench.engine.cell.life import CellOutcome
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.running.runner import Preflight, Report, preflight, resolve_jobs, run_grid
+from cirbench.engine.planning.spec import GridError, GridSpec, absolute_spec
+from cirbench.engine.planning.sweep import SweepError, sweep_rows
 from cirbench.plugins import Discovery, discover
 
 Announce = Callable[[str], None]
@@ -38,7 +38,7 @@ def _quiet(event: Any) -> None:
 
 def resolved_holdout(holdout: float | None, dataset: str) -> float:
     """The held-out share of a grid: ``holdout`` as given, else the default of ``dataset``:
-    :data:`cirbench.defaults.HOLDOUT` for a generated dataset, none for one read from the
+    :data:`cirbench.settings.defaults.HOLDOUT` for a generated dataset, none for one read from the
     user's files (its training set stays the papers'). An unknown dataset resolves to 0;
     the grid then names it."""
     if holdout is not None:
@@ -49,8 +49,8 @@ def resolved_holdout(holdout: float | None, dataset: str) -> float:
 
 def kept_set_fields(frontier: bool = False, purities: list[float] | None = None, noise_types: bool = False,
                     replay: list[str] | None = None) -> dict[str, Any]:
-    """The ``GridSpec`` fields of the kept-set cells (:mod:`cirbench.engine.kept_plan`): the
-    frontier at ``purities`` (which imply it; default :data:`cirbench.defaults.FRONTIER_PURITIES`),
+    """The ``GridSpec`` fields of the kept-set cells (:mod:`cirbench.engine.planning.kept_plan`): the
+    frontier at ``purities`` (which imply it; default :data:`cirbench.settings.defaults.FRONTIER_PURITIES`),
     a cell per noise type, and the replays of ``replay``'s runs."""
     chosen = list(purities) if purities is not None else list(defaults.FRONTIER_PURITIES)
     return {"frontier": chosen if frontier or purities is not None else [], "noise_types": noise_types,
@@ -69,8 +69,8 @@ def _discovered(fields: dict[str, Any], discovery: Discovery | None) -> Discover
 def grid(methods: list[str] | None = None, noise: list[float] | None = None, *, ablate: list[str] | None = None,
          overrides: dict[str, dict[str, str]] | None = None, discovery: Discovery | None = None, absolute: bool = False,
          announce: Announce = _silent, **fields: Any) -> Grid:
-    """The validated grid of ``cirbench run``: ``methods`` (default :data:`cirbench.defaults.METHODS`,
-    none with ``ablate``) at ``noise`` (default :data:`cirbench.defaults.NOISE_RATES`, with
+    """The validated grid of ``cirbench run``: ``methods`` (default :data:`cirbench.settings.defaults.METHODS`,
+    none with ``ablate``) at ``noise`` (default :data:`cirbench.settings.defaults.NOISE_RATES`, with
     ``ablate`` the ablated methods' own rates), ``ablate``'s rows added, ``overrides``
     (``{label: {key: value}}``, as ``--set`` gives them) over the ablation's. A ``holdout``
     missing or None is the dataset's default (:func:`resolved_holdout`), resolved once the
@@ -94,8 +94,8 @@ def grid(methods: list[str] | None = None, noise: list[float] | None = None, *, 
 def sweep(methods: list[str], noise: list[float] | None = None, trials: int = defaults.TRIALS, *,
           discovery: Discovery | None = None, **fields: Any) -> Grid:
     """The validated grid of ``cirbench sweep``: ``trials`` rows per method (trial 0 the
-    defaults, :mod:`cirbench.engine.sweep`) at ``noise`` (default as :func:`grid`), on a
-    held-out share (``holdout``, default :data:`cirbench.defaults.HOLDOUT` whatever the
+    defaults, :mod:`cirbench.engine.planning.sweep`) at ``noise`` (default as :func:`grid`), on a
+    held-out share (``holdout``, default :data:`cirbench.settings.defaults.HOLDOUT` whatever the
     dataset: a sweep selects on it); the other ``fields`` as in :func:`grid`."""
     holdout = fields.get("holdout")
     holdout = defaults.HOLDOUT if holdout is None else holdout
@@ -111,7 +111,7 @@ def sweep(methods: list[str], noise: list[float] | None = None, trials: int = de
 
 def calibration(hosted: bool = True, discovery: Discovery | None = None, **fields: Any) -> Grid:
     """The calibration grid of ``cirbench calibrate`` on the setting of ``fields``
-    (:mod:`cirbench.engine.calibrate`; a ``holdout`` missing or None: the dataset's default),
+    (:mod:`cirbench.engine.running.calibrate`; a ``holdout`` missing or None: the dataset's default),
     with the hosted methods' clean cells unless ``hosted`` is False."""
     discovery = _discovered(fields, discovery)  # a plugin's dataset resolves its own held-out default
     fields = {**fields, "holdout": resolved_holdout(fields.get("holdout"), fields.get("dataset", "shapes"))}
@@ -120,7 +120,7 @@ def calibration(hosted: bool = True, discovery: Discovery | None = None, **field
 
 
 def check(built: Grid, announce: Announce = _silent) -> Preflight | None:
-    """The pre-flight of ``built`` before any cell runs (:func:`cirbench.engine.runner.preflight`):
+    """The pre-flight of ``built`` before any cell runs (:func:`cirbench.engine.running.runner.preflight`):
     its dataset loaded and checked, its plugins' static checks, the folder's start and
     evaluation; what a dataset read from files dropped (None for a generated one)."""
     return preflight(built, announce)
@@ -128,5 +128,5 @@ def check(built: Grid, announce: Announce = _silent) -> Preflight | None:
 
 def run(built: Grid, jobs: int = 0, report: Report = _quiet) -> list[CellOutcome]:
     """Run ``built`` here, ``jobs`` cells at a time (0: automatic,
-    :func:`~cirbench.engine.runner.resolve_jobs`), its events to ``report``; every cell's outcome."""
+    :func:`~cirbench.engine.running.runner.resolve_jobs`), its events to ``report``; every cell's outcome."""
     return run_grid(built, resolve_jobs(jobs, built.spec.device), report)

@@ -1,6 +1,6 @@
 """A noise instance exported, as ``cirbench noise export`` writes it: the dataset loaded as a
 grid loads it, the protocol's instance at one rate and seed built (the same one a grid's
-cell trains on), written as parquet (:mod:`cirbench.data.noise_file`) and, for FashionIQ and
+cell trains on), written as parquet (:mod:`cirbench.data.noise.instance_file`) and, for FashionIQ and
 CIRR, as the release's training files with the noisy values in."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cirbench.data.noise import inject_noise
-from cirbench.data.noise_file import moved_counts, write_instance, write_release_json
-from cirbench.data.registry import DATASETS
+from cirbench.data.noise.injection import inject_noise
+from cirbench.data.noise.instance_file import moved_counts, write_instance, write_release_json
+from cirbench.data.datasets.registry import DATASETS
 
 
 @dataclass

@@ -34,12 +34,12 @@ from torch.utils.flop_counter import flop_registry
 from cirbench.api.study import study_grid
 from cirbench.api.tuned import tuned_plan
 from cirbench.backbones.registry import BACKBONES
-from cirbench.data.check import DatasetProblemsError
-from cirbench.data.noise_file import noisy_training
-from cirbench.data.registry import DATASETS
-from cirbench.engine.grid import Grid
+from cirbench.data.datasets.check import DatasetProblemsError
+from cirbench.data.noise.instance_file import noisy_training
+from cirbench.data.datasets.registry import DATASETS
+from cirbench.engine.running.grid import Grid
 from cirbench.method import Batch, TrainingContext
-from cirbench.study import load_study
+from cirbench.settings.study import load_study
 
 COUNT_BATCH = 8
 """The triplets of the counted step (enough for TME's two-component mixture in its main phase)."""

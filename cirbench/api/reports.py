@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from cirbench.engine.grid import Grid
-from cirbench.engine.spec import backbone_label, dataset_label
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.planning.spec import backbone_label, dataset_label
 from cirbench.report import ReportError, build_report
-from cirbench.report.analysis.calibration import Check, checks_markdown, run_calibration_checks
-from cirbench.report.analysis.published import PublishedFileError
+from cirbench.report.analysis.verdicts.calibration import Check, checks_markdown, run_calibration_checks
+from cirbench.report.analysis.verdicts.published import PublishedFileError
 from cirbench.report.render.readme import ReadmeError, update_readme
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.store import ResultsFolderError
@@ -23,7 +23,7 @@ REPORT_ERRORS: tuple[type[Exception], ...] = (ReportError, PublishedFileError, R
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibration grid's checks (:mod:`cirbench.report.analysis.calibration`) and the file they were written to."""
+    """A calibration grid's checks (:mod:`cirbench.report.analysis.verdicts.calibration`) and the file they were written to."""
 
     checks: list[Check]
     path: Path

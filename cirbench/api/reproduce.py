@@ -1,5 +1,5 @@
 """Does this machine reproduce a report? From Python as ``cirbench reproduce`` asks it: the
-reference's cells of a setting (:mod:`cirbench.report.analysis.reproduce_check`) re-run here on the
+reference's cells of a setting (:mod:`cirbench.report.analysis.loading.reproduce_check`) re-run here on the
 default backbone with its released start, into a scratch folder, each final metric judged
 against the spread of the reference's seeds."""
 
@@ -12,14 +12,14 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from cirbench import defaults
+from cirbench.settings import defaults
 from cirbench.api.grids import run
 from cirbench.backbones import tiny_release
 from cirbench.backbones.registry import BACKBONES
-from cirbench.engine.cell import CellOutcome
-from cirbench.engine.grid import Grid
-from cirbench.engine.spec import GridSpec, backbone_label, dataset_label
-from cirbench.report.analysis.reproduce_check import (
+from cirbench.engine.cell.life import CellOutcome
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.planning.spec import GridSpec, backbone_label, dataset_label
+from cirbench.report.analysis.loading.reproduce_check import (
     Verdict, Wanted, check_same_start, compare, final_metrics, load_reference, setting_of,
 )
 from cirbench.results.metrics import REPRODUCED
@@ -38,7 +38,7 @@ class Reproduction:
 
 
 def reproduced_setting(methods: Sequence[str], noise: Sequence[float], seeds: Sequence[int], dataset: str) -> tuple[Wanted, dict]:
-    """The cells a reproduction compares (a :class:`~cirbench.report.analysis.reproduce_check.Wanted`)
+    """The cells a reproduction compares (a :class:`~cirbench.report.analysis.loading.reproduce_check.Wanted`)
     and the grid fields that name them, on the default backbone with its default weights."""
     fields = dict(methods=list(methods), noise_rates=list(noise), seeds=list(seeds), dataset=dataset)
     probe = GridSpec(**fields)
@@ -66,7 +66,7 @@ def reproduce(reference: Path, methods: Sequence[str] = defaults.REPRODUCE_METHO
     """Re-run the ``reference``'s cells of ``methods`` x ``noise`` x ``seeds`` here (``epochs``
     and ``holdout`` default to the reference runs') into ``scratch`` (default: a new temporary
     folder) and judge each final metric against the reference's seeds within ``spread``
-    std. :class:`~cirbench.report.analysis.reproduce_check.ReferenceFolderError` when the reference
+    std. :class:`~cirbench.report.analysis.loading.reproduce_check.ReferenceFolderError` when the reference
     cannot answer (no such cells, one seed, another start)."""
     wanted, grid_fields = reproduced_setting(methods, noise, seeds, dataset)
     runs, table = load_reference(reference, wanted, list(metrics))

@@ -1,5 +1,5 @@
 """A study file run from Python, as ``cirbench study FILE`` runs it: every grid of the study
-(:mod:`cirbench.study`) built as its command would build it from the same options and
+(:mod:`cirbench.settings.study`) built as its command would build it from the same options and
 checked first, all of them, then run in order into one results folder (finished cells
 skipped, so a rerun resumes), a calibration grid's checks written after it, a sweep's tuned
 cells (``tuned_seeds``) planned from its results and run after it (:mod:`cirbench.api.tuned`),
@@ -12,18 +12,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cirbench import defaults
+from cirbench.settings import defaults
 from cirbench.api.grids import Announce, calibration, check, grid, kept_set_fields, run, sweep
 from cirbench.api.reports import check_calibration, write_report
 from cirbench.api.tuned import tuned_plan
-from cirbench.config import parse_overrides
-from cirbench.engine.cell import CellOutcome
-from cirbench.engine.grid import Grid
-from cirbench.study import Study, StudyGrid, load_study
+from cirbench.settings.config import parse_overrides
+from cirbench.engine.cell.life import CellOutcome
+from cirbench.engine.running.grid import Grid
+from cirbench.settings.study import Study, StudyGrid, load_study
 
 SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
                "holdout")
-"""The study options that are :class:`~cirbench.engine.spec.GridSpec` fields of the same name."""
+"""The study options that are :class:`~cirbench.engine.planning.spec.GridSpec` fields of the same name."""
 
 
 def _silent(message: str) -> None:
@@ -99,7 +99,7 @@ class StudyRunner:
 
     def __call__(self, path: Path | str) -> tuple[list[CellOutcome], bool]:
         """Run the study ``path`` (a bad file or grid stops it before any work,
-        :class:`~cirbench.study.StudyError` or :class:`~cirbench.engine.spec.GridError`): the
+        :class:`~cirbench.settings.study.StudyError` or :class:`~cirbench.engine.planning.spec.GridError`): the
         outcomes of every grid, in order, and whether every calibration target was met and
         the report written."""
         study = load_study(path)

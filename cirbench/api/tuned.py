@@ -1,6 +1,6 @@
 """The tuned cells of a sweep (a study's sweep grid with ``tuned_seeds``, docs/selection.md):
 once the sweep's cells are done, each method's trial picked on the sweep's one seed's held-out
-split at each noise rate (:func:`cirbench.report.analysis.tuned.picked_trials`, the report's
+split at each noise rate (:func:`cirbench.report.analysis.rankings.tuned.picked_trials`, the report's
 own pick, never the validation queries) re-run on the other seeds of ``tuned_seeds``.
 
 A tuned cell is an ordinary grid cell: the picked trial's label (``<method>:trial<k>``, the
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from cirbench.engine.grid import Grid
-from cirbench.engine.spec import Cell, base_method
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import rate_label
-from cirbench.report.analysis.tuned import picked_trials
+from cirbench.engine.running.grid import Grid
+from cirbench.engine.planning.spec import Cell, base_method
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import rate_label
+from cirbench.report.analysis.rankings.tuned import picked_trials
 from cirbench.results.labels import trial_label
 
 
@@ -48,7 +48,7 @@ def _sweep_cells(sweep: Grid) -> dict[tuple[str, float], list[Cell]]:
 
 def sweep_picks(sweep: Grid) -> dict[tuple[str, float], int]:
     """Each (method, rate) of ``sweep`` whose cells are all complete, and the trial its held-out
-    split picks (the report's :func:`~cirbench.report.analysis.tuned.picked_trials`, read on
+    split picks (the report's :func:`~cirbench.report.analysis.rankings.tuned.picked_trials`, read on
     exactly these cells: an older run of the same label elsewhere in the folder is not read)."""
     store = sweep.store
     done = [cells for cells in _sweep_cells(sweep).values() if all(store.is_complete(c.key.run_id) for c in cells)]

@@ -43,7 +43,7 @@ from cirbench.backbones import tiny_release
 from cirbench.backbones.base import max_token_similarity, state_digest
 from cirbench.backbones.tiny import TinyBackbone, TinyTower
 from cirbench.backbones.tiny_start import shipped_backbone
-from cirbench.data.shapes import (
+from cirbench.data.datasets.shapes import (
     SHAPES_COLOURS,
     SHAPES_SHAPES,
     SHAPES_SIZES,
@@ -53,7 +53,6 @@ from cirbench.data.shapes import (
     caption_scene,
     render_scenes,
 )
-from cirbench.losses import info_nce
 from cirbench.results.atomic import atomic_write
 
 TINY_WEIGHTS: dict[str, str] = {
@@ -224,8 +223,11 @@ def pretrain_composed_retrieval(backbone: TinyBackbone, steps: int = 2400, batch
         def loss() -> torch.Tensor:
             index = torch.randint(0, n, (batch_size,))
             query = backbone.composed_feature(tokens[reference[index]], texts.select(index))
-            return info_nce(max_token_similarity(query, backbone.target_features(tokens[target[index]])),
-                            log_temperature.exp().clamp_min(0.01))
+            sim = max_token_similarity(query, backbone.target_features(tokens[target[index]]))
+            # the CLIP objective (the same operations as cirbench.method.losses.info_nce, kept here so that a
+            # backbone imports nothing of the method layer above it)
+            labels = torch.arange(sim.shape[0], device=sim.device)
+            return F.cross_entropy(sim / log_temperature.exp().clamp_min(0.01), labels)
 
         _train([*_composer_parameters(backbone), log_temperature], loss, steps, lr, 0.05, (0.9, 0.98))
     return composer_state(backbone)
@@ -303,7 +305,7 @@ def start_identity(weights: str | None) -> str:
     the default), known without pre-training or loading anything: the released start's key
     for ``cir``; for a start pre-trained on first use, its recipe's version (the result, which
     may differ in the last bits from machine to machine, is recorded in ``runs.start_key``
-    and guarded by :mod:`cirbench.engine.resources`)."""
+    and guarded by :mod:`cirbench.engine.cell.resources`)."""
     tag = weights or DEFAULT_TINY_WEIGHTS
     recipes = {"cir": tiny_release.START_KEY, "stage1": f"tiny-random+stage1-v{STAGE1_VERSION}",
                "random": "tiny-random", "pretrained": f"tiny-pretrained-v{TOWER_VERSION}"}

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from cirbench.cli.options import console, fail, print_problems, split_list
-from cirbench.config import ConfigError, parse_overrides
+from cirbench.settings.config import ConfigError, parse_overrides
 
 def kept_set_options(frontier: bool, purity: str | None, noise_types: bool, replay: str | None) -> dict:
     """The ``GridSpec`` fields of ``--frontier``, ``--frontier-purity`` (which implies it),
@@ -30,7 +30,7 @@ def validated_grid(methods: str | None, noise: str | None, ablate: str | None, s
     --noise, --ablate, --set and the other ``fields`` of its spec, with ``plugin`` registered),
     its ablation's rows, plugin warnings and skipped cells printed, pre-flighted."""
     from cirbench.api.grids import grid
-    from cirbench.engine.spec import GridError
+    from cirbench.engine.planning.spec import GridError
 
     def announce(message: str) -> None:
         console.print(f"[dim]{escape(message)}[/]")
@@ -57,11 +57,11 @@ def shown_grid(grid):
 
 def preflight_grid(grid) -> None:
     """Load and check the grid's dataset and plugins before any cell runs
-    (:func:`cirbench.engine.runner.preflight`): a failure stops the run here, naming the
+    (:func:`cirbench.engine.running.runner.preflight`): a failure stops the run here, naming the
     plugin and the rule; samples dropped under --allow-missing are listed."""
     import cirbench.cli.show as show
     from cirbench.api.grids import check
-    from cirbench.data.check import DatasetProblemsError
+    from cirbench.data.datasets.check import DatasetProblemsError
 
     try:
         checked = check(grid, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))
@@ -78,7 +78,7 @@ def run_here(grid, jobs: int) -> list:
     """Run ``grid`` here (``jobs`` cells at a time), with a progress line per cell."""
     import cirbench.cli.show as show
     from cirbench.api.grids import run
-    from cirbench.engine.runner import resolve_jobs
+    from cirbench.engine.running.runner import resolve_jobs
 
     try:
         resolve_jobs(jobs, grid.spec.device)
@@ -91,8 +91,8 @@ def run_here(grid, jobs: int) -> list:
 def launch(grid, launcher: str, gpus_per_cell: int, scheduler_option: list[str]) -> int:
     """Submit one job per pending cell, list the jobs (waiting for them with ``local``); the exit code."""
     import cirbench.cli.show as show
-    from cirbench.engine import launch as scheduler, runner
-
+    from cirbench.engine.running import launch as scheduler
+    from cirbench.engine.running import runner
     runner.report_damaged(grid, grid.cells, lambda event: show.damaged(console, event))
     try:
         submission = scheduler.submit(grid, launcher, gpus_per_cell, scheduler_option)
@@ -120,7 +120,7 @@ def print_summary(grid, outcomes: list) -> None:
     """The run summary table of ``outcomes`` as the store holds them, then each failed cell's
     error whole and where its traceback is."""
     import cirbench.cli.show as show
-    from cirbench.engine.spec import backbone_label, dataset_label
+    from cirbench.engine.planning.spec import backbone_label, dataset_label
     from cirbench.results.store import ResultsFolderError
     from cirbench.results.summary import run_summary
 
@@ -139,7 +139,7 @@ def sweep_grid(methods: list[str], noise: str | None, trials: int, plugin: list[
     """The validated grid of ``cirbench sweep`` (:func:`cirbench.api.grids.sweep`), shown and
     pre-flighted as in :func:`validated_grid`."""
     from cirbench.api.grids import sweep
-    from cirbench.engine.spec import GridError
+    from cirbench.engine.planning.spec import GridError
 
     try:
         built = sweep(methods, split_list(noise, float, "--noise") if noise is not None else None, trials,
@@ -154,7 +154,7 @@ def calibrate_grid(fields: dict, hosted: bool = True):
     on the setting of ``fields``, with the hosted methods' clean cells unless ``hosted`` is
     False, pre-flighted."""
     from cirbench.api.grids import calibration
-    from cirbench.engine.spec import GridError
+    from cirbench.engine.planning.spec import GridError
 
     try:
         grid = calibration(hosted, **fields)
@@ -169,7 +169,7 @@ def calibration_checks(grid, seeds: str) -> bool:
     whether none failed."""
     import cirbench.cli.show as show
     from cirbench.api.reports import check_calibration
-    from cirbench.engine.spec import backbone_label, dataset_label
+    from cirbench.engine.planning.spec import backbone_label, dataset_label
 
     spec = grid.spec
     try:

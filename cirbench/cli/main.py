@@ -1,5 +1,5 @@
 """The ``cirbench`` command line (typer + rich): it parses the arguments, hands the grid to
-the runner (:mod:`cirbench.engine.runner`) and shows what comes back (:mod:`cirbench.cli.show`).
+the runner (:mod:`cirbench.engine.running.runner`) and shows what comes back (:mod:`cirbench.cli.show`).
 The options several commands share are in :mod:`cirbench.cli.options`; the commands around
 a grid (``data check``, ``results verify``, ``predict``, ``list``, the released ``tiny``
 start's ``start rebuild``) in :mod:`cirbench.cli.tools`.
@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from cirbench import defaults
+from cirbench.settings import defaults
 from cirbench.cli.options import (
     ABLATE_HELP, Backbone, BatchSize, CacheDir, DataRoot, DatasetName, DatasetOptions, Device, Epochs, Frontier,
     FrontierPurity, Holdout, Jobs, NoiseFile, NoiseProtocol, NoiseTypes, Opt, Plugins, Precision, Replay, Results, Seeds, Weights,
@@ -91,8 +91,8 @@ def run(
     report_dir: Annotated[Path, Opt("--report-dir", help="Where --report writes the report.")] = Path("reports"),
 ) -> None:
     """Run a grid: every method x noise rate x seed and the kept-set cells asked for, one cell each, results under --output."""
-    from cirbench.engine.distributed import barrier, init_distributed, is_main_process
-    from cirbench.engine.precision import PRECISIONS
+    from cirbench.engine.cell.distributed import barrier, init_distributed, is_main_process
+    from cirbench.engine.cell.precision import PRECISIONS
 
     if precision not in PRECISIONS or launcher not in ("none", "local", "slurm") or features not in ("cache", "online"):
         fail(f"--precision must be one of {', '.join(PRECISIONS)}, --features cache or online, --launcher none, local or slurm")

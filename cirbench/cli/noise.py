@@ -32,7 +32,7 @@ def export(
     got, the flag) as parquet, for `cirbench run --noise-file`, and the release's JSON training
     files with the noisy values written in, for the authors' own code."""
     from cirbench.api.noise import export_noise
-    from cirbench.data.check import DatasetProblemsError
+    from cirbench.data.datasets.check import DatasetProblemsError
 
     try:
         done = export_noise(output, dataset, noise_protocol, rate, seed, data_root, parse_dataset_options(dataset_option),

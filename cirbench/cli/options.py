@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cirbench.config import ConfigError, parse_key_values
+from cirbench.settings.config import ConfigError, parse_key_values
 
 console = Console()
 ABLATE_HELP = (

@@ -1,5 +1,5 @@
 """What the command line shows: the progress of a running grid (the runner's events,
-:mod:`cirbench.engine.runner`) and the tables it prints (run summary, calibration checks,
+:mod:`cirbench.engine.running.runner`) and the tables it prints (run summary, calibration checks,
 submitted jobs, a dataset's warnings). Every function prints to the console it is given."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cirbench.engine.runner import Event
+from cirbench.engine.running.runner import Event
 from cirbench.results.headline import headline_recall
 from cirbench.results.summary import RunSummary
 

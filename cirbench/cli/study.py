@@ -18,8 +18,8 @@ from cirbench.cli.options import Opt, Plugins, console, fail
 def study_runner(path: Path, jobs: int | None = None, plugin: list[Path] | None = None):
     """A :class:`~cirbench.api.study.StudyRunner` of the study ``path`` that shows each step on the console."""
     from cirbench.api.study import StudyRunner
-    from cirbench.config import ConfigError
-    from cirbench.engine.spec import GridError
+    from cirbench.settings.config import ConfigError
+    from cirbench.engine.planning.spec import GridError
 
     class ShownStudy(StudyRunner):
         """The study's steps, each shown (see the module docstring)."""
@@ -56,7 +56,7 @@ def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = N
     """Run the study ``path`` with each step shown (any error stops it before work; ``plugin``:
     files every grid registers): the outcomes of every grid, in order, and whether every
     calibration target was met and the report written."""
-    from cirbench.study import StudyError
+    from cirbench.settings.study import StudyError
 
     try:
         return study_runner(path, jobs, plugin)(path)
@@ -69,9 +69,9 @@ def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
     from rich.table import Table
 
     from cirbench.api.plan import PlanError, plan_study
-    from cirbench.config import ConfigError
-    from cirbench.engine.spec import GridError
-    from cirbench.study import StudyError
+    from cirbench.settings.config import ConfigError
+    from cirbench.engine.planning.spec import GridError
+    from cirbench.settings.study import StudyError
 
     try:
         plans = plan_study(path, plugin, announce=lambda message: console.print(f"[dim]{escape(message)}[/]"))

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cirbench import defaults
+from cirbench.settings import defaults
 from cirbench.cli.options import Results, console, fail, parse_dataset_options, print_problems, split_list
 from cirbench.results.metrics import REPRODUCED
 
@@ -110,7 +110,7 @@ def data_check(
 ) -> None:
     """Validate a dataset's files: JSON syntax, fields, split membership, image files, repeats, paths.
     Errors exit 1; warnings (entries the public loaders accept, e.g. exact repeats) are listed and exit 0."""
-    from cirbench.data.check import check_dataset
+    from cirbench.data.datasets.check import check_dataset
 
     try:
         report = check_dataset(dataset, data_root, parse_dataset_options(dataset_option), cache_dir, deep=deep, workers=workers)
@@ -149,9 +149,9 @@ def predict(
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Accept missing test1 images (incomplete submission)."),
 ) -> None:
     """Write the CIRR test1 submission files (recall and recall_subset) of a trained run."""
-    from cirbench.checkpoint import CheckpointError
-    from cirbench.data.check import DatasetProblemsError
-    from cirbench.engine.predict import predict_cirr
+    from cirbench.method.checkpoint import CheckpointError
+    from cirbench.data.datasets.check import DatasetProblemsError
+    from cirbench.engine.tools.predict import predict_cirr
 
     checkpoint = Path(run_id) if Path(run_id).suffix == ".pt" else results / "checkpoints" / f"{run_id}.pt"
     name = checkpoint.stem
@@ -193,7 +193,7 @@ def reproduce(
     within the report's spread over seeds: does this machine reproduce it? Exit 0 when every
     cell does, 1 when one does not, 2 when the reference cannot answer (no such cells, one seed)."""
     from cirbench.api.reproduce import reproduce as reproduced
-    from cirbench.report.analysis.reproduce_check import ReferenceFolderError, verdict_lines
+    from cirbench.report.analysis.loading.reproduce_check import ReferenceFolderError, verdict_lines
 
     try:
         found = reproduced(reference, split_list(methods, str, "--methods"), split_list(noise, float, "--noise"),
@@ -247,8 +247,8 @@ def check_plugin(
     cache_dir: Path = typer.Option(Path("datasets"), "--cache-dir", help="Where the checks' small data and caches go."),
 ) -> None:
     """Check every plugin a file defines against what its kind must provide (a method, a
-    dataset, a noise protocol, a backbone: cirbench/engine/conformance.py); exit 1 on a problem."""
-    from cirbench.engine.conformance import check_plugin_file, checked_line
+    dataset, a noise protocol, a backbone: cirbench/engine/tools/conformance.py); exit 1 on a problem."""
+    from cirbench.engine.tools.conformance import check_plugin_file, checked_line
 
     results = check_plugin_file(path, cache_dir)
     for plugin, problems in results.items():

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from cirbench.config import ConfigError
+from cirbench.settings.config import ConfigError
 from cirbench.data.base import CIRDataset
-from cirbench.data.problems import CheckReport
+from cirbench.data.checks.problems import CheckReport
 from cirbench.registry import Contract
 
 
@@ -48,5 +48,5 @@ class DatasetLoader:
 DATASET_CONTRACT = Contract(DatasetLoader, "__call__", "__call__(self, cache_dir, data_root, options=None, allow_missing=False) "
                             "-> CIRDataset", lambda cls: cls())
 """A dataset plugin: a :class:`DatasetLoader` subclass with a ``name`` that implements
-``__call__``; its registry (:data:`cirbench.data.registry.DATASETS`) holds an instance built
+``__call__``; its registry (:data:`cirbench.data.datasets.registry.DATASETS`) holds an instance built
 with no arguments."""

@@ -1,7 +1,7 @@
 """What a noise protocol sees and proposes: the :class:`NoiseContext` it may use, the
 :class:`Proposal` it returns, the :class:`NoiseProtocol` interface and the draw of the
-samples to corrupt. :mod:`cirbench.data.noise` turns a proposal into a manifest; the
-protocols (there and in :mod:`cirbench.data.hard_noise`) import only this module."""
+samples to corrupt. :mod:`cirbench.data.noise.injection` turns a proposal into a manifest; the
+protocols (there and in :mod:`cirbench.data.noise.hard`) import only this module."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class NoiseProtocol:
 
 NOISE_CONTRACT = Contract(NoiseProtocol, "propose", "propose(self, split, rate, rng, context) -> Proposal")
 """A noise protocol plugin: a :class:`NoiseProtocol` subclass with a ``name`` that implements
-``propose``; its registry (:data:`cirbench.data.noise.NOISE_PROTOCOLS`) holds the class."""
+``propose``; its registry (:data:`cirbench.data.noise.injection.NOISE_PROTOCOLS`) holds the class."""
 
 
 def untouched(split: TripletSplit) -> Proposal:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 ZERO_SHOT_ROW = "zero_shot"
-"""The reference row of the starting model's composed query (``cirbench.engine.reference``)."""
+"""The reference row of the starting model's composed query (``cirbench.engine.planning.reference``)."""
 TEXT_BLIND_ROW = "text_blind"
 """The reference row of the reference image alone."""
 TEXT_ONLY_ROW = "text_only"

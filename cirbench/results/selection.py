@@ -2,7 +2,7 @@
 
 - ``final``: the last epoch.
 - ``holdout``: the epoch with the best headline on the held-out noisy split
-  (:mod:`cirbench.data.holdout`): what a user without clean data can do. It reads the
+  (:mod:`cirbench.data.noise.holdout`): what a user without clean data can do. It reads the
   ``holdout`` rows of the metrics only.
 - ``val_peek``: the epoch with the best headline on the reported validation queries: the
   releases' practice, optimistic by construction.

@@ -52,7 +52,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("package_versions", pa.string()),
         ("torch_version", pa.string()),
         ("device", pa.string()),
-        # the kernels that computed the cell (cirbench.kernels.cell_record; "" and 0 in runs written before them): the
+        # the kernels that computed the cell (cirbench.settings.kernels.cell_record; "" and 0 in runs written before them): the
         # CPU's model name, ATen's instruction set (what torch reports), torch's intra-op threads, and JSON of what each
         # library computed with ({"aten", "mkl", "onednn", "openblas", "numpy", "deterministic", "pinned"})
         ("cpu_model", pa.string()),
@@ -64,10 +64,10 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("noise_manifest_hash", pa.string()),
         ("noise_manifest_path", pa.string()),
         ("eval_protocol", pa.string()),
-        ("metrics_version", pa.string()),  # cirbench.engine.evaluate.METRICS_VERSION ("1" in runs written before it)
+        ("metrics_version", pa.string()),  # cirbench.engine.cell.evaluate.METRICS_VERSION ("1" in runs written before it)
         ("n_train", pa.int64()),
         ("n_noisy", pa.int64()),  # of the samples trained on (a held-out share excluded)
-        ("holdout", pa.float64()),  # the share of the noisy training split held out (cirbench.data.holdout)
+        ("holdout", pa.float64()),  # the share of the noisy training split held out (cirbench.data.noise.holdout)
         ("n_holdout", pa.int64()),
         ("epochs", pa.int64()),
         ("started", pa.string()),
@@ -85,7 +85,7 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("below_chance", pa.bool_()),  # cirbench.results.chance: the final kept set less clean than chance (a flag)
         ("below_chance_reason", pa.string()),
         ("n_nonfinite_queries", pa.int64()),  # final validation queries with a NaN or infinite score (misses)
-        # a kept-set cell (cirbench.engine.kept_plan), "" for any other: frontier, noise_type or replay; a reference
+        # a kept-set cell (cirbench.engine.planning.kept_plan), "" for any other: frontier, noise_type or replay; a reference
         # cell, never ranked nor read by a claim
         ("kept_set", pa.string()),
         ("kept_set_purity", pa.float64()),  # the frontier's purity (NaN for the others)
@@ -132,13 +132,13 @@ _TABLE_FIELDS: dict[str, list[tuple[str, pa.DataType]]] = {
         ("name", pa.string()),
         ("value", pa.float64()),
     ],
-    "ranks": [  # every validation query's rank (cirbench.engine.evaluate) at each epoch a selection rule picks
+    "ranks": [  # every validation query's rank (cirbench.engine.cell.evaluate) at each epoch a selection rule picks
         ("epoch", pa.int64()),  # null in parts written before it was recorded: those hold the final epoch
         ("query", pa.int64()),
         ("group", pa.string()),
         ("rank", pa.int64()),
         ("subset_rank", pa.int64()),
-        ("ties", pa.int64()),  # other gallery columns scored exactly as the target (cirbench.engine.retrieval)
+        ("ties", pa.int64()),  # other gallery columns scored exactly as the target (cirbench.engine.cell.retrieval)
         ("subset_ties", pa.int64()),
     ],
 }
@@ -156,7 +156,7 @@ _DEFAULTS: dict[str, object] = {"score_name": MAIN_SCORE, "n_nonfinite_queries":
 """Values of columns a writer may leave out."""
 _JUDGED_ON_READ: tuple[str, ...] = ("collapsed", "collapse_reason", "below_chance", "below_chance_reason")
 """The flags a run written before them lacks: it reads as not judged (null), and the reader
-judges it from its tables (:func:`cirbench.report.analysis.load.load_results`,
+judges it from its tables (:func:`cirbench.report.analysis.loading.load.load_results`,
 :func:`cirbench.results.chance.judge_below_chance`)."""
 _READ_DEFAULTS: dict[str, object] = {k: v for k, v in _DEFAULTS.items() if k not in _JUDGED_ON_READ}
 """What parts written before a column existed read as (the flags: nothing)."""

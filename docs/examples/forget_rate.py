@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.losses import per_sample_info_nce
+from cirbench.method.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 
 

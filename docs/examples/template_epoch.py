@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.losses import per_sample_info_nce, per_sample_robust_contrastive
+from cirbench.method.losses import per_sample_info_nce, per_sample_robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, Partition, StepOutput, TrainingContext
 
 

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.losses import per_sample_info_nce, robust_contrastive
+from cirbench.method.losses import per_sample_info_nce, robust_contrastive
 from cirbench.method import Batch, Method, MethodConfig, StepOutput, TrainingContext
-from cirbench.search import Distribution, Uniform
+from cirbench.method.search import Distribution, Uniform
 
 
 @dataclass

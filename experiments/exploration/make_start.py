@@ -24,7 +24,7 @@ import torch
 from cirbench.backbones import tiny_pretrain as tp
 from cirbench.backbones.base import max_token_similarity
 from cirbench.backbones.tiny import _WORD, HashingTokenizer, TinyBackbone
-from cirbench.data.shapes import SHAPES_COLOURS
+from cirbench.data.datasets.shapes import SHAPES_COLOURS
 
 CACHE = Path("datasets/starts/cache")
 """Towers and stage-1 composers already made, reused by later starts."""

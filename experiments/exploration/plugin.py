@@ -18,7 +18,7 @@ from cirbench.backbones.base import Backbone, state_digest
 from cirbench.backbones.registry import BackboneFactory
 from cirbench.backbones.tiny import TinyBackbone
 from cirbench.backbones.tiny_start import TinyStart
-from cirbench.data.registry import ShapesLoader
+from cirbench.data.datasets.registry import ShapesLoader
 
 def load_start_file(path: str | Path, seed: int = 0) -> TinyBackbone:
     """A ``tiny`` backbone holding the start in ``path`` (``make_start.py``'s layout: the

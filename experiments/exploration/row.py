@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cirbench.report.analysis.calibration import _per_seed, _reference, calibration_checks, hosted_clean_recall
-from cirbench.report.analysis.load import load_results
+from cirbench.report.analysis.verdicts.calibration import _per_seed, _reference, calibration_checks, hosted_clean_recall
+from cirbench.report.analysis.loading.load import load_results
 
 
 def row(results: Path) -> dict:

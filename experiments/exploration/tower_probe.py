@@ -18,7 +18,7 @@ from sklearn.linear_model import LogisticRegression
 
 from cirbench.backbones.tiny_pretrain import _normalised_pixels
 from cirbench.backbones.tiny_start import shipped_backbone
-from cirbench.data.shapes import random_scenes, render_scenes
+from cirbench.data.datasets.shapes import random_scenes, render_scenes
 
 PARTS = ("colour", "shape", "size")
 

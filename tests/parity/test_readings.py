@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from cirbench.config import ConfigError, build_config, identity_dict, late_field
+from cirbench.settings.config import ConfigError, build_config, identity_dict, late_field
 from cirbench.method import MethodConfig
 from cirbench.plugins import discover
 

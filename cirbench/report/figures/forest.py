@@ -21,10 +21,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from cirbench.report.analysis.claims import Check, Claim
-from cirbench.report.analysis.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED
+from cirbench.report.analysis.verdicts.claims import Check, Claim
+from cirbench.report.analysis.statistics.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED
 from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
-from cirbench.report.analysis.numbers import format_points
+from cirbench.report.analysis.loading.numbers import format_points
 from cirbench.report.figures.palette import answer_colour
 
 VERDICT_MARKERS: dict[str, str] = {HOLDS: "o", DOES_NOT_HOLD: "X", UNDECIDED: "D"}

@@ -13,12 +13,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from cirbench.report.analysis.leaderboard import ANSWERS, MARKS, RECALL_COLUMNS, Leaderboard, build_leaderboard
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import (
+from cirbench.report.analysis.rankings.leaderboard import ANSWERS, MARKS, RECALL_COLUMNS, Leaderboard, build_leaderboard
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import (
     CLAIMS_EPOCH, ON_VALIDATION, format_points, headline_column, rate_label, run_columns,
 )
-from cirbench.report.analysis.selection import rule_view
+from cirbench.report.analysis.loading.selection import rule_view
 from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure, styled
 from cirbench.report.figures.palette import answer_colour, method_styles
 from cirbench.results.roles import BASELINE

@@ -1,4 +1,4 @@
-"""The purity-recall chart of a setting's kept sets (:mod:`cirbench.report.analysis.kept_worth`): per
+"""The purity-recall chart of a setting's kept sets (:mod:`cirbench.report.analysis.rankings.kept_worth`): per
 noise rate, the headline and R@10 against the purity of the kept set. The frontier (the
 baseline at the training set's clean share, the frontier cells, the perfect filter at purity
 1; the seeds' spread as a band) is what a kept set of that purity is worth when the noise is
@@ -15,9 +15,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from cirbench.report.analysis.kept_worth import BASELINE_POINT, METHOD_POINT, PERFECT_POINT, KeptWorth
-from cirbench.report.analysis.load import is_kept_set
-from cirbench.report.analysis.numbers import rate_label
+from cirbench.report.analysis.rankings.kept_worth import BASELINE_POINT, METHOD_POINT, PERFECT_POINT, KeptWorth
+from cirbench.report.analysis.loading.load import is_kept_set
+from cirbench.report.analysis.loading.numbers import rate_label
 from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, save_figure
 from cirbench.report.figures.labels import PointLabel, place_labels
 from cirbench.report.figures.palette import ORACLE_STYLE, method_styles

@@ -2,11 +2,11 @@
 for the common colour-vision deficiencies): the hosted methods' colours are data
 (``palette.toml`` beside this module), a plugin method takes the next unused colour; the
 perfect filter black and dashed, the reference rows in greys with line styles of their own
-(:data:`REFERENCE_STYLES`, the rows of :mod:`cirbench.report.analysis.references`). The
+(:data:`REFERENCE_STYLES`, the rows of :mod:`cirbench.report.analysis.rankings.references`). The
 colours that are not methods' never take a method's: truly clean and truly noisy samples
 (:data:`CLEAN_COLOUR`, :data:`NOISY_COLOUR`) and the answers of the claims' rule
 (:func:`answer_colour`, worded and coloured in one place,
-:data:`~cirbench.report.analysis.leaderboard.ANSWERS`)."""
+:data:`~cirbench.report.analysis.rankings.leaderboard.ANSWERS`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
-from cirbench.report.analysis.leaderboard import ANSWERS, UNSEPARATED, VERSUS
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.references import BOUND, bound_label
+from cirbench.report.analysis.rankings.leaderboard import ANSWERS, UNSEPARATED, VERSUS
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.rankings.references import BOUND, bound_label
 from cirbench.results.labels import TEXT_BLIND_ROW, TEXT_ONLY_ROW, ZERO_SHOT_ROW
 
 OKABE_ITO: dict[str, str] = {
@@ -42,7 +42,7 @@ REFERENCE_STYLES: dict[str, dict] = {
 }
 """How each reference line is drawn: in grey (no method's colour), each with a line style of
 its own (the order the rows are listed in is
-:data:`~cirbench.report.analysis.references.REFERENCE_ORDER`)."""
+:data:`~cirbench.report.analysis.rankings.references.REFERENCE_ORDER`)."""
 OTHER_STYLE: dict = {"color": "0.65", "linestyle": (0, (1, 3)), "linewidth": 1.2}
 """How a reference row the styles above do not name is drawn."""
 
@@ -84,7 +84,7 @@ def method_styles(setting: Setting) -> dict[str, dict]:
 
 def answer_colour(verdict: str) -> str:
     """The colour of an answer of the claims' rule (``better``...) or of a claims' verdict
-    (``holds``...), as :data:`~cirbench.report.analysis.leaderboard.ANSWERS` sets it; an unknown one
+    (``holds``...), as :data:`~cirbench.report.analysis.rankings.leaderboard.ANSWERS` sets it; an unknown one
     (a claim not run) the unseparated answer's grey."""
     return ANSWERS[verdict if verdict in ANSWERS else VERSUS.get(verdict, UNSEPARATED)].colour
 

@@ -1,6 +1,6 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot state; PNG via Agg).
 
-Each function takes one :class:`~cirbench.report.analysis.load.Setting` and an output folder and
+Each function takes one :class:`~cirbench.report.analysis.loading.load.Setting` and an output folder and
 returns the :class:`FigureFile` it wrote, or None when the setting has no data for it (a
 method that never partitions has no purity bars; a grid without noise has no ROC curves).
 """
@@ -19,14 +19,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
-from cirbench.report.analysis.numbers import (
+from cirbench.report.analysis.loading.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
+from cirbench.report.analysis.loading.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, flagged_shares, format_percent, headline_column, rate_label, run_columns,
     summarize,
     validation_metrics, wide_columns,
 )
-from cirbench.report.analysis.leaderboard import RECALL_COLUMNS
-from cirbench.report.analysis.references import reference_stats
+from cirbench.report.analysis.rankings.leaderboard import RECALL_COLUMNS
+from cirbench.report.analysis.rankings.references import reference_stats
 from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
 )
@@ -484,7 +484,7 @@ def training_curves(setting: Setting, method: str, out: Path) -> FigureFile | No
 
 def all_figures(setting: Setting, out: Path, read: Setting | None = None) -> list[FigureFile]:
     """Every figure of a setting, in reading order, skipping those without data; ``read``:
-    the setting at the epoch the claims read (:func:`~cirbench.report.analysis.selection.rule_view`),
+    the setting at the epoch the claims read (:func:`~cirbench.report.analysis.loading.selection.rule_view`),
     which recall against noise draws (default: ``setting`` as given)."""
     figures = [
         recall_vs_noise(read if read is not None else setting, out), purity_bars(setting, out), detection_by_type(setting, out),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from cirbench.report.analysis.load import load_results
-from cirbench.report.analysis.published import load_published
+from cirbench.report.analysis.loading.load import load_results
+from cirbench.report.analysis.verdicts.published import load_published
 from cirbench.report.render.cells_csv import write_final_metrics, write_selected_metrics, write_table
 from cirbench.report.render.content import assemble
 from cirbench.report.render.html import render_html
@@ -29,9 +29,9 @@ def build_report(results_dir: Path | str, output_dir: Path | str, published: Seq
     of settings no longer in the results are left alone; a setting's folder is rewritten
     whole, so figures that no longer apply do not linger. FashionIQ and CIRR settings get the
     papers' published numbers beside them, plus the rows of the ``published`` CSV files
-    (see :mod:`cirbench.report.analysis.published`). Raises
-    :class:`~cirbench.report.analysis.load.ReportError` when ``results_dir`` holds no runs, and
-    :class:`~cirbench.report.analysis.published.PublishedFileError` for a bad file of published numbers.
+    (see :mod:`cirbench.report.analysis.verdicts.published`). Raises
+    :class:`~cirbench.report.analysis.loading.load.ReportError` when ``results_dir`` holds no runs, and
+    :class:`~cirbench.report.analysis.verdicts.published.PublishedFileError` for a bad file of published numbers.
     """
     output = Path(output_dir)
     numbers = load_published(published)

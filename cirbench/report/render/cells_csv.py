@@ -1,4 +1,4 @@
-"""Writes the report's tables of cells (:mod:`cirbench.report.analysis.cells`) into each
+"""Writes the report's tables of cells (:mod:`cirbench.report.analysis.loading.cells`) into each
 setting's folder: ``final_metrics.csv`` and ``selected_metrics.csv``, atomically and readable by all."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.analysis.cells import (
+from cirbench.report.analysis.loading.cells import (
     FINAL_METRICS_FILE, SELECTED_METRICS_FILE, final_metrics_table, selected_metrics_table,
 )
-from cirbench.report.analysis.load import Setting
+from cirbench.report.analysis.loading.load import Setting
 from cirbench.results.atomic import atomic_write
 
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pandas as pd
 
 import cirbench
-from cirbench.report.analysis.calibration import parity_lines, room_lines
-from cirbench.report.analysis.claims import Claim, claims_metric, claims_selection, paper_claims, recall_judge
-from cirbench.report.analysis.glance import at_a_glance
-from cirbench.report.analysis.kept_worth import kept_worth
-from cirbench.report.analysis.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
-from cirbench.report.analysis.load import ReportData, Setting
-from cirbench.report.analysis.machines import machine_lines
-from cirbench.report.analysis.significance import DEFAULT_MARGIN
-from cirbench.report.analysis.selection import rule_view
-from cirbench.report.analysis.tuned import TunedBoard, tuned_board
+from cirbench.report.analysis.verdicts.calibration import parity_lines, room_lines
+from cirbench.report.analysis.verdicts.claims import Claim, claims_metric, claims_selection, paper_claims, recall_judge
+from cirbench.report.analysis.rankings.glance import at_a_glance
+from cirbench.report.analysis.rankings.kept_worth import kept_worth
+from cirbench.report.analysis.rankings.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
+from cirbench.report.analysis.loading.load import ReportData, Setting
+from cirbench.report.analysis.loading.machines import machine_lines
+from cirbench.report.analysis.statistics.significance import DEFAULT_MARGIN
+from cirbench.report.analysis.loading.selection import rule_view
+from cirbench.report.analysis.rankings.tuned import TunedBoard, tuned_board
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.figures.forest import claims_forest
 from cirbench.report.figures.gain_figure import gain_figure

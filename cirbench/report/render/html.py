@@ -9,13 +9,13 @@ import re
 
 import pandas as pd
 
-from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
-from cirbench.report.analysis.collapsed import FlagList
-from cirbench.report.analysis.glance import answer_lines, answers_intro
-from cirbench.report.analysis.leaderboard import ANSWERS, VERSUS, terms_line
-from cirbench.report.analysis.significance import NOT_RUN
+from cirbench.report.analysis.verdicts.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
+from cirbench.report.analysis.loading.collapsed import FlagList
+from cirbench.report.analysis.rankings.glance import answer_lines, answers_intro
+from cirbench.report.analysis.rankings.leaderboard import ANSWERS, VERSUS, terms_line
+from cirbench.report.analysis.statistics.significance import NOT_RUN
 from cirbench.report.figures.palette import answer_colour
-from cirbench.report.analysis.room import ROOM_INTRO
+from cirbench.report.analysis.verdicts.room import ROOM_INTRO
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cirbench.report.analysis.claims import CLAIMS_TITLE
-from cirbench.report.analysis.collapsed import flag_lists
-from cirbench.report.analysis.kept_worth import WORTH_TITLE
-from cirbench.report.analysis.room import ROOM_TITLE
+from cirbench.report.analysis.verdicts.claims import CLAIMS_TITLE
+from cirbench.report.analysis.loading.collapsed import flag_lists
+from cirbench.report.analysis.rankings.kept_worth import WORTH_TITLE
+from cirbench.report.analysis.verdicts.room import ROOM_TITLE
 from cirbench.report.figures.figure_file import FigureFile
 from cirbench.report.render.content import ReportContent, Section
 

@@ -1,4 +1,4 @@
-"""The leaderboard (:mod:`cirbench.report.analysis.leaderboard`) as HTML, Markdown, LaTeX (a
+"""The leaderboard (:mod:`cirbench.report.analysis.rankings.leaderboard`) as HTML, Markdown, LaTeX (a
 ``booktabs`` tabular for a paper) and a tidy CSV table (one row per cell)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Callable
 
 import pandas as pd
 
-from cirbench.report.analysis.leaderboard import (
+from cirbench.report.analysis.rankings.leaderboard import (
     ANSWERS, BEST, BOUND_ROW, LEGACY_WORDS, MARKS, PERFECT_FILTER, RANKED, REFERENCE_ROW, TIED, LeaderCell, Leaderboard,
     LeaderRow, Stat, answers_words, terms,
 )
-from cirbench.report.analysis.load import COLLAPSE_MARK, TOLD_RATE
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
-from cirbench.report.analysis.tuned import TunedBoard
+from cirbench.report.analysis.loading.load import COLLAPSE_MARK, TOLD_RATE
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.rankings.tuned import TunedBoard
 from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.selection import DEFAULT_RULE
 

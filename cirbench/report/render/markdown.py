@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.analysis.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
-from cirbench.report.analysis.collapsed import FlagList
-from cirbench.report.analysis.glance import answer_lines, answers_intro
-from cirbench.report.analysis.leaderboard import terms_line
-from cirbench.report.analysis.room import ROOM_INTRO
+from cirbench.report.analysis.verdicts.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
+from cirbench.report.analysis.loading.collapsed import FlagList
+from cirbench.report.analysis.rankings.glance import answer_lines, answers_intro
+from cirbench.report.analysis.rankings.leaderboard import terms_line
+from cirbench.report.analysis.verdicts.room import ROOM_INTRO
 from cirbench.report.render.content import ReportContent, Section
 from cirbench.report.render.layout import (
     CLAIMS, CONTENTS_ANCHOR, CONTENTS_TITLE, FIGURE, FLAGS, GLANCE, PROBLEMS_ANCHOR, PROBLEMS_TITLE, PROVENANCE_ANCHOR,

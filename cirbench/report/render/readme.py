@@ -5,7 +5,7 @@ the report it has just written, so a regenerated report updates what the README 
 Per setting of the report, read from the built report's files alone: a legend of at most
 :data:`LEGEND_WORDS` words, the leaderboard (its ``leaderboard.csv``: a table of the claims'
 metric with its marks, one of R@10, the ranked methods and the perfect filter), the report's
-one-line answers (:func:`~cirbench.report.analysis.glance.answer_lines`, from the same marks),
+one-line answers (:func:`~cirbench.report.analysis.rankings.glance.answer_lines`, from the same marks),
 the perfect filter's room to win at each noise rate against the calibration's target (from
 ``selected_metrics.csv``), and the verdict counts of the papers' claims (from ``report.md``).
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from cirbench.report.analysis.calibration import ROOM_SHARE
-from cirbench.report.analysis.cells import SELECTED_METRICS_FILE, read_final_metrics
-from cirbench.report.analysis.glance import answer_lines
-from cirbench.report.analysis.leaderboard import Leaderboard, answers_words
-from cirbench.report.analysis.numbers import rate_label
-from cirbench.report.analysis.room import percent, points, room_to_win
+from cirbench.report.analysis.verdicts.calibration import ROOM_SHARE
+from cirbench.report.analysis.loading.cells import SELECTED_METRICS_FILE, read_final_metrics
+from cirbench.report.analysis.rankings.glance import answer_lines
+from cirbench.report.analysis.rankings.leaderboard import Leaderboard, answers_words
+from cirbench.report.analysis.loading.numbers import rate_label
+from cirbench.report.analysis.verdicts.room import percent, points, room_to_win
 from cirbench.report.render.layout import slug
 from cirbench.report.render.leaderboard_render import (
     BELOW_START_MARK, LEADERBOARD_FILES, board_from_frame, leaderboard_markdown,

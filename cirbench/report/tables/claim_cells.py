@@ -1,5 +1,5 @@
 """A claim's cells side by side: for a claim whose file declares ``[claim.cells]``
-(:class:`~cirbench.report.analysis.claim_files.CellsSpec`), one table of those cells, a row per
+(:class:`~cirbench.report.analysis.verdicts.claim_files.CellsSpec`), one table of those cells, a row per
 declared row at each noise rate where any of them ran, a column per declared column, each the
 headline mean ± std over seeds at the claims' epoch. The shipped claim on SSN's lead at 80%
 declares SSN and the baseline each at each other's temperature: the four cells whose two
@@ -7,10 +7,10 @@ differences the claim checks (the SSN method page reads them)."""
 
 from __future__ import annotations
 
-from cirbench.report.analysis.claim_files import ClaimSpec
-from cirbench.report.analysis.claims import setting_claims
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label, run_columns, summarize
+from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
+from cirbench.report.analysis.verdicts.claims import setting_claims
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label, run_columns, summarize
 from cirbench.report.tables.model import Cell, TableModel, collapse_note
 from cirbench.results.metrics import headline_column
 from cirbench.results.roles import ROLES

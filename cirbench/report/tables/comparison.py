@@ -14,10 +14,10 @@ import math
 
 import pandas as pd
 
-from cirbench.report.analysis.leaderboard import MARKS, VERSUS, Judge
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.significance import difference
-from cirbench.report.analysis.numbers import (
+from cirbench.report.analysis.rankings.leaderboard import MARKS, VERSUS, Judge
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.statistics.significance import difference
+from cirbench.report.analysis.loading.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, headline_column, purity_per_run, rate_label,
     run_columns, summarize,
 )

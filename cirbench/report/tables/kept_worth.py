@@ -1,4 +1,4 @@
-"""What a kept set is worth, as tables (:mod:`cirbench.report.analysis.kept_worth` computes
+"""What a kept set is worth, as tables (:mod:`cirbench.report.analysis.rankings.kept_worth` computes
 it): the decomposition of each method against the baseline into its filter and its other
 terms, and what each noise type costs the baseline, in points with the claims' marks."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 
-from cirbench.report.analysis.claims import Check
-from cirbench.report.analysis.kept_worth import KeptWorth
-from cirbench.report.analysis.leaderboard import BETTER, MARKS, UNSEPARATED, VERSUS, WORSE
-from cirbench.report.analysis.significance import DEFAULT_MARGIN, EQUIVALENT
-from cirbench.report.analysis.load import COLLAPSE_MARK
-from cirbench.report.analysis.numbers import format_mean, rate_label
-from cirbench.report.analysis.significance import half_width_text
+from cirbench.report.analysis.verdicts.claims import Check
+from cirbench.report.analysis.rankings.kept_worth import KeptWorth
+from cirbench.report.analysis.rankings.leaderboard import BETTER, MARKS, UNSEPARATED, VERSUS, WORSE
+from cirbench.report.analysis.statistics.significance import DEFAULT_MARGIN, EQUIVALENT
+from cirbench.report.analysis.loading.load import COLLAPSE_MARK
+from cirbench.report.analysis.loading.numbers import format_mean, rate_label
+from cirbench.report.analysis.statistics.significance import half_width_text
 from cirbench.report.tables.model import Cell, TableModel
 
 DECOMPOSITION_TITLE = "What a kept set is worth: filter and other terms"

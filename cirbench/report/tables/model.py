@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cirbench.report.analysis.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting
-from cirbench.report.analysis.numbers import rate_label
+from cirbench.report.analysis.loading.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting
+from cirbench.report.analysis.loading.numbers import rate_label
 
 
 TOP_MARK = "•"

@@ -1,13 +1,13 @@
-"""The reference rows' table (:mod:`cirbench.report.analysis.references`): the starting
+"""The reference rows' table (:mod:`cirbench.report.analysis.rankings.references`): the starting
 model, the text-blind and text-only rankings and the bound, percent, never ranked."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean
-from cirbench.report.analysis.references import reference_stats
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean
+from cirbench.report.analysis.rankings.references import reference_stats
 from cirbench.report.tables.model import Cell, TableModel
 
 

@@ -2,7 +2,7 @@
 
 For every noise rate measured, each measured method (mean over seeds) is followed by the
 published rows of the same method at the same noise rate (see
-:mod:`cirbench.report.analysis.published`) and one gap row per published row (measured minus
+:mod:`cirbench.report.analysis.verdicts.published`) and one gap row per published row (measured minus
 published, percentage points). The note says plainly where the comparison is not like for
 like: a different split (CIRR test1 numbers come from the evaluation server; local runs
 measure validation), a different or unstated protocol, and the backbone of the runs.
@@ -14,9 +14,9 @@ import math
 
 import pandas as pd
 
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, rate_label, run_columns, summarize, validation_split
-from cirbench.report.analysis.published import METRICS, load_published
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, rate_label, run_columns, summarize, validation_split
+from cirbench.report.analysis.verdicts.published import METRICS, load_published
 from cirbench.report.tables.model import Cell, TableModel, collapse_note
 
 

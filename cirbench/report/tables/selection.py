@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import ON_VALIDATION, format_mean, rate_label, seed_stats, validation_metrics
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import ON_VALIDATION, format_mean, rate_label, seed_stats, validation_metrics
 from cirbench.report.tables.model import Cell, TableModel, collapse_note
 from cirbench.results.selection import RULES
 

@@ -2,18 +2,18 @@
 
 Per method, noise rate and seed the sweep ran at, the trial whose held-out headline is best
 (each trial at its own ``holdout``-selected epoch; ties to the lower trial:
-:func:`~cirbench.report.analysis.tuned.trial_selection`) is the tuned run; its validation
+:func:`~cirbench.report.analysis.rankings.tuned.trial_selection`) is the tuned run; its validation
 headline at that epoch is reported beside trial 0's (the defaults, selected the same way),
 with the hyperparameters the selected trials changed. The picked trials on five seeds are
-the tuned leaderboard's (:func:`~cirbench.report.analysis.tuned.tuned_board`)."""
+the tuned leaderboard's (:func:`~cirbench.report.analysis.rankings.tuned.tuned_board`)."""
 
 from __future__ import annotations
 
 import math
 
-from cirbench.report.analysis.load import Setting
-from cirbench.report.analysis.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
-from cirbench.report.analysis.tuned import sweep_runs, trial_selection
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.rankings.tuned import sweep_runs, trial_selection
 from cirbench.report.tables.model import Cell, TableModel
 
 __all__ = ["sweep_runs", "trial_selection", "tuned_table"]
