@@ -12,9 +12,11 @@ import pandas as pd
 
 import cirbench
 from cirbench.report.analysis.verdicts.calibration import parity_lines, room_lines
-from cirbench.report.analysis.verdicts.claims import Claim, claims_metric, claims_selection, paper_claims, recall_judge
+from cirbench.report.analysis.verdicts.claims import (Claim, claims_metric, claims_selection, paper_claims, recall_judge,
+                                                      setting_claims)
 from cirbench.report.analysis.rankings.glance import at_a_glance
 from cirbench.report.analysis.rankings.kept_worth import kept_worth
+from cirbench.report.analysis.rankings.traces import Trace, trace_claims
 from cirbench.report.analysis.rankings.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.loading.load import ReportData, Setting
 from cirbench.report.analysis.loading.machines import machine_lines
@@ -66,6 +68,8 @@ class Section:
     """The lines above the leaderboard: what the data are, the noise, the sizes, what blank cells mean."""
     tuned: TunedBoard | None = None
     """The tuned leaderboard beside the default one, where a sweep's picks ran on more seeds."""
+    traces: list[Trace] = field(default_factory=list)
+    """Each claim that does not hold, with its measured cause (:mod:`cirbench.report.analysis.rankings.traces`)."""
 
 
 @dataclass
@@ -163,6 +167,7 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                                 kept_section(setting, output / setting.slug), first_screen(setting, board)))
         sections[-1].tuned = tuned_board(setting, board)  # docs/selection.md#the-tuned-leaderboard
         sections[-1].tables += claim_cells_tables(read)
+        sections[-1].traces = trace_claims(setting, claims, setting_claims(read))
         if sections[-1].tuned is not None and board is not None:
             board.name = DEFAULT_BOARD
     n_runs = sum(len(s.runs) for s in data.settings)

@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 
+from cirbench.report.analysis.rankings.traces import TRACES_INTRO, TRACES_TITLE
 from cirbench.report.analysis.verdicts.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.loading.collapsed import FlagList
 from cirbench.report.analysis.rankings.glance import answer_lines, answers_intro
@@ -146,6 +147,14 @@ def _items(lines: list[str]) -> str:
     return '<ul class="glance">' + "".join(f"<li>{prose(line)}</li>" for line in lines) + "</ul>"
 
 
+def _traces(section: Section) -> list[str]:
+    """The claims that do not hold with their measured causes (none: nothing)."""
+    if not section.traces:
+        return []
+    return [f"<p><strong>{html.escape(TRACES_TITLE)}.</strong> {prose(TRACES_INTRO)}</p>",
+            _items([trace.text() for trace in section.traces])]
+
+
 def _part_html(part: Part, section: Section) -> list[str]:
     """One titled part of a section: its heading (anchored) and its body."""
     out = [f'<h3 id="{part.anchor}">{html.escape(part.title)}</h3>']
@@ -157,7 +166,7 @@ def _part_html(part: Part, section: Section) -> list[str]:
             return out + [f'<p class="note">{prose(none_run_line(section.claims, section.setting))}</p>']
         intro = claims_intro(section.claims_metric, section.claims_selection)
         return out + [f'<p class="note">{prose(intro)}</p>', f"<p><strong>{prose(verdict_summary(section.claims))}</strong></p>",
-                      claims_html(section.claims), f'<p class="note">{prose(VERDICT_RULE)}</p>']
+                      claims_html(section.claims), f'<p class="note">{prose(VERDICT_RULE)}</p>', *_traces(section)]
     if part.kind == GLANCE:
         return out + [_items(part.item)]
     if part.kind == ROOM:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cirbench.report.analysis.rankings.traces import TRACES_INTRO, TRACES_TITLE, Trace
 from cirbench.report.analysis.verdicts.claims import VERDICT_RULE, Claim, check_line, claims_intro, none_run_line, verdict_summary
 from cirbench.report.analysis.loading.collapsed import FlagList
 from cirbench.report.analysis.rankings.glance import answer_lines, answers_intro
@@ -59,6 +60,13 @@ def claims_markdown(claims: list[Claim]) -> str:
     return "\n".join(lines)
 
 
+def traces_markdown(traces: list[Trace]) -> list[str]:
+    """The claims that do not hold, each with its measured cause, as Markdown lines (none: nothing)."""
+    if not traces:
+        return []
+    return [f"**{TRACES_TITLE}.** {TRACES_INTRO}", "", *(f"- {trace.text()}" for trace in traces), ""]
+
+
 def _heading(level: int, anchor: str, title: str) -> list[str]:
     return [f'<a id="{anchor}"></a>', "", f"{'#' * level} {title}", ""]
 
@@ -73,7 +81,8 @@ def _part_markdown(part: Part, section: Section, output: Path) -> list[str]:
         if none_run_line(section.claims, section.setting):
             return out + [none_run_line(section.claims, section.setting), ""]
         return out + [claims_intro(section.claims_metric, section.claims_selection), "",
-                      f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, ""]
+                      f"**{verdict_summary(section.claims)}**", "", claims_markdown(section.claims), "", VERDICT_RULE, "",
+                      *traces_markdown(section.traces)]
     if part.kind == GLANCE:
         return out + [f"- {line}" for line in part.item] + [""]
     if part.kind == ROOM:

@@ -137,7 +137,16 @@ class TunedBoard:
         return text
 
 
-def _tuned_setting(setting: Setting, picks: pd.DataFrame) -> Setting:
+def picks_rerun(setting: Setting, picks: pd.DataFrame) -> bool:
+    """Whether the picks that are not the defaults ran on more than their sweep's one seed
+    (a study's tuned cells), or every pick is the defaults."""
+    runs = setting.runs
+    seeds = [set(runs.loc[(runs.method == p.label) & (runs.noise_rate.astype(float) == float(p.noise_rate)), "seed"])
+             for p in picks.itertuples(index=False) if p.trial]
+    return not seeds or any(len(found) >= 2 for found in seeds)
+
+
+def tuned_setting(setting: Setting, picks: pd.DataFrame) -> Setting:
     """``setting`` with, for each swept method and rate, its picked trial's runs under the
     method's own name (every seed they ran at), the perfect filter at those rates, and no
     other run; its tables (metrics, ranks, scores, ...) restricted and renamed alike."""
@@ -206,12 +215,9 @@ def tuned_board(setting: Setting, default: Leaderboard | None = None, n_resample
     baseline = setting.role(BASELINE)
     if picks.empty or baseline not in set(picks.method):
         return None
-    runs = setting.runs
-    seeds = [set(runs.loc[(runs.method == p.label) & (runs.noise_rate.astype(float) == float(p.noise_rate)), "seed"])
-             for p in picks.itertuples(index=False) if p.trial]
-    if seeds and all(len(found) < 2 for found in seeds):
+    if not picks_rerun(setting, picks):
         return None  # the sweep alone: its picks have one seed each (the Tuned table shows them)
-    board = build_leaderboard(_tuned_setting(setting, picks), n_resamples, seed)
+    board = build_leaderboard(tuned_setting(setting, picks), n_resamples, seed)
     if board is None:
         return None
     board.name = TUNED_BOARD

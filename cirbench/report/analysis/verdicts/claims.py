@@ -74,6 +74,8 @@ class Check:
     """What is compared: ``recall``, ``purity`` or ``AUROC`` (empty for a check not run)."""
     kept_sets: tuple[KeptSetTest, ...] = ()
     """The kept-set tests of a check against chance, one per seed (empty for a comparison)."""
+    terms: tuple[Term, ...] = ()
+    """The cells it reads (method, noise rate, weight); empty for a check not run."""
 
     @property
     def answer(self) -> str:
@@ -139,7 +141,8 @@ def _collapsed_cells(runs: pd.DataFrame, terms: Sequence[Term]) -> tuple[str, ..
 
 
 def _guarded(check: Check, runs: pd.DataFrame, terms: Sequence[Term]) -> Check:
-    """``check``, undecided and naming them when a cell it reads collapsed (unless not run)."""
+    """``check`` with the cells it reads, undecided and naming them when one collapsed (unless not run)."""
+    check = replace(check, terms=tuple(terms))
     cells = _collapsed_cells(runs, terms)
     if not cells or check.verdict == NOT_RUN:
         return check

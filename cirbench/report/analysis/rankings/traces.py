@@ -1,0 +1,206 @@
+"""Every claim that does not hold, traced to a measured cause (issue 79).
+
+A claim's verdict against a paper's reading ("does not hold"; undecided is not a
+disagreement) can come from how a method was ported, from its hyperparameters, from what its
+kept set is worth, or from the setting itself. Each is probed on cells of the same results,
+in this order, and the first probe that explains the verdict is the claim's cause:
+
+1. **port difference**: the claim checked again with every method it reads that has a
+   ``<method>:release`` cell (the port on its release's readings, docs/parity.md) in that
+   cell's place; it holds there: the readings carry the verdict (each single swap that is
+   enough is named);
+2. **hyperparameter**: the claim checked again on the tuned picks (each swept method's
+   selected trial on every seed, :func:`~cirbench.report.analysis.rankings.tuned.tuned_setting`);
+   it holds there: the defaults carry the verdict;
+3. **kept set**: for a check of a method against the baseline whose decomposition was run
+   (:mod:`~cirbench.report.analysis.rankings.kept_worth`): the baseline trained on the
+   method's kept set is no better than the baseline (the kept set is worth nothing), or it is
+   better and the method's other terms lose it;
+4. **setting**: the calibration figure behind the claim's premise misses its target: the
+   room to win (for recall; the perfect filter wins back less of the baseline's loss than the
+   papers' methods do) or the small-loss premise (for purity and AUROC).
+
+No cause is named without its cells: a probe whose cells were not run says so, and a claim
+that no probe explains is "not traced". Every probe run is listed beside the cause, so the
+causes ruled out are visible too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import rate_label
+from cirbench.report.analysis.loading.selection import rule_view
+from cirbench.report.analysis.rankings.kept_worth import Split, kept_worth
+from cirbench.report.analysis.rankings.tuned import picked_trials, picks_rerun, tuned_setting
+from cirbench.report.analysis.statistics.bootstrap import N_RESAMPLES
+from cirbench.report.analysis.statistics.significance import BETTER, DOES_NOT_HOLD, HOLDS, NOT_RUN, WORSE
+from cirbench.report.analysis.verdicts.calibration import Check as Calibration
+from cirbench.report.analysis.verdicts.calibration import calibration_checks
+from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
+from cirbench.report.analysis.verdicts.claims import Check, Claim, claims_on
+from cirbench.results.roles import BASELINE, ROLES
+from cirbench.results.selection import DEFAULT_RULE
+
+PORT, HYPERPARAMETER, KEPT_SET, SETTING, NOT_TRACED = "port difference", "hyperparameter", "kept set", "setting", "not traced"
+CAUSES: tuple[str, ...] = (PORT, HYPERPARAMETER, KEPT_SET, SETTING, NOT_TRACED)
+RELEASE = ":release"
+"""The label suffix of a port on its release's readings (a study's ``<method>:release`` grid)."""
+TRACES_TITLE = "Why the claims that do not hold do not"
+TRACES_INTRO = ("Each claim that does not hold, probed on cells of these results in order: the ports on their releases' "
+                "readings, the tuned picks, what the kept set is worth (the decomposition), the setting's calibration; "
+                "the first probe under which the verdict turns, or that locates the loss, is the cause.")
+PREMISES = {"recall": "room to win", "purity": "small-loss premise", "AUROC": "small-loss premise"}
+"""The calibration figure behind each kind of check: the setting's premise for it."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One claim that does not hold: its number in the report, its cause and the line that
+    says it with its cells, and what each probe measured."""
+
+    number: int
+    claim: str
+    cause: str
+    line: str
+    probes: tuple[str, ...]
+
+    def text(self) -> str:
+        """The trace as the report prints it: ``claim 3 (…): cause: line (also measured: …)``."""
+        others = [p for p in self.probes if p != self.line]
+        also = f" Also measured: {'; '.join(others)}." if others else ""
+        return f"Claim {self.number} ({self.claim}): **{self.cause}**: {self.line}.{also}"
+
+
+Verdict = Callable[[Setting, ClaimSpec], str]
+
+
+def _named(spec: ClaimSpec, setting: Setting, names: dict[str, str]) -> ClaimSpec:
+    """``spec`` with each method (a role filled in first) replaced by its entry in ``names``."""
+    def name(label: str) -> str:
+        for role in ROLES:
+            label = label.replace(f"{{{role}}}", setting.role(role))
+        return names.get(label, label)
+
+    checks = tuple(replace(c, methods=tuple(map(name, c.methods)), against=tuple(map(name, c.against))) for c in spec.checks)
+    return replace(spec, checks=checks)
+
+
+def _cells(names: Sequence[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def port_probe(setting: Setting, claim: Claim, spec: ClaimSpec, verdict: Verdict) -> tuple[bool, str]:
+    """(whether the release readings explain the claim, the probe's line)."""
+    labels = set(setting.runs.method)
+    swaps = {m: f"{m}{RELEASE}" for m in claim.methods if f"{m}{RELEASE}" in labels}
+    if not swaps:
+        return False, "release readings: no `<method>:release` cell of its methods"
+    together = verdict(setting, _named(spec, setting, swaps))
+    if together != HOLDS:
+        return False, f"on the release readings ({_cells(swaps.values())}) it {_verb(together)}"
+    alone = [v for m, v in swaps.items() if verdict(setting, _named(spec, setting, {m: v})) == HOLDS]
+    return True, (f"with {_cells(alone or swaps.values())} (the port{'s' * (len(alone or swaps) > 1)} on the release's "
+                  f"readings) in place of the default{'s' * (len(alone or swaps) > 1)}, the claim holds")
+
+
+def hyperparameter_probe(setting: Setting, view: Setting, spec: ClaimSpec, verdict: Verdict) -> tuple[bool, str]:
+    """(whether the tuned picks explain the claim, the probe's line): the picks read on
+    ``setting`` (every epoch, for the held-out selection), the claim on ``view`` (the
+    claims' epoch rule) restricted to them."""
+    picks = picked_trials(setting)
+    if picks.empty or setting.role(BASELINE) not in set(picks.method) or not picks_rerun(setting, picks):
+        return False, "tuned picks: no sweep whose picks ran on more seeds"
+    tuned = verdict(tuned_setting(view, picks), spec)
+    changed = [f"`{p.method}` at {rate_label(float(p.noise_rate))}: {p.changed}" for p in picks.itertuples(index=False)
+               if p.trial and p.method in _methods(spec, setting)]
+    what = f" ({'; '.join(changed)})" if changed else " (every pick of its methods is the defaults)"
+    if tuned == HOLDS:
+        return True, f"on the tuned picks{what} the claim holds"
+    return False, f"on the tuned picks{what} it {_verb(tuned)}"
+
+
+def _methods(spec: ClaimSpec, setting: Setting) -> set[str]:
+    return {m for c in _named(spec, setting, {}).checks for m in (*c.methods, *c.against)}
+
+
+def _verb(verdict: str) -> str:
+    return {DOES_NOT_HOLD: "still does not hold", HOLDS: "holds", NOT_RUN: "is not run (a cell it reads is missing)"}.get(
+        verdict, f"is {verdict}")
+
+
+def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tuple[bool, str] | None:
+    """The decomposition of the first failing check of a method against the baseline whose
+    replay ran, or None where none did."""
+    for check in _failing(claim):
+        plus = [t.method for t in check.terms if t.weight > 0]
+        minus = [t.method for t in check.terms if t.weight < 0]
+        if len(plus) != 1 or minus != [baseline]:
+            continue
+        rate = check.terms[0].rate
+        split = next((s for s in splits if s.method == plus[0] and abs(s.rate - rate) < 1e-9), None)
+        if split is None:
+            continue
+        parts = (f"`{split.method}` at {rate_label(rate)} keeps a set {split.purity:.1f}% clean; trained on it, `{baseline}` "
+                 f"moves {_points(split.filter)} ({split.filter.answer or 'no answer'}), its other terms {_points(split.other)} "
+                 f"({split.other.answer or 'no answer'})")
+        if split.filter.answer != BETTER:
+            return True, f"{parts}: its kept set is worth nothing to the baseline"
+        if split.other.answer == WORSE:
+            return True, f"{parts}: the kept set helps and the method's other terms lose it"
+        return False, parts
+    return None
+
+
+def _points(check: Check) -> str:
+    mean = check.comparison.mean if check.comparison is not None else float("nan")
+    return f"{100 * mean:+.1f} points" if mean == mean else "n/a"
+
+
+def _failing(claim: Claim) -> list[Check]:
+    return [c for c in claim.checks if c.verdict == DOES_NOT_HOLD and c.terms]
+
+
+def setting_probe(claim: Claim, calibration: Sequence[Calibration]) -> tuple[bool, str]:
+    """The calibration figure behind the claim's failing checks, met or missed."""
+    units = {c.unit for c in _failing(claim) if c.unit} or {"recall"}
+    names = sorted({PREMISES.get(u, "room to win") for u in units})
+    found = [c for c in calibration if c.name in names]
+    if not found:
+        return False, f"setting: {' and '.join(names)} not measured"
+    missed = [c for c in found if c.passed is False]
+    words = "; ".join(f"{c.name} {c.value:.2f} (target {c.target}): {'missed' if c.passed is False else c.verdict}"
+                      if c.passed is not None else f"{c.name} not measured" for c in found)
+    if missed:
+        return True, f"the setting misses its premise: {words}"
+    return False, f"setting: {words}"
+
+
+def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[ClaimSpec],
+                 n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Trace]:
+    """A :class:`Trace` for every claim of ``claims`` (checked from ``specs``, in order, as
+    :func:`~cirbench.report.analysis.verdicts.claims.paper_claims` reads ``setting``) that does not hold."""
+    failing = [(n, c, s) for n, (c, s) in enumerate(zip(claims, specs), 1) if c.verdict == DOES_NOT_HOLD]
+    if not failing:
+        return []
+    view = rule_view(setting, rule).setting
+
+    def verdict(where: Setting, spec: ClaimSpec) -> str:
+        return claims_on(where, n_resamples, seed, specs=[spec])[0].verdict
+
+    worth = kept_worth(setting, n_resamples, seed, rule)
+    splits, calibration = (worth.splits if worth else []), calibration_checks(setting)
+    traces = []
+    for number, claim, spec in failing:
+        probes: list[tuple[str, tuple[bool, str] | None]] = [
+            (PORT, port_probe(view, claim, spec, verdict)),
+            (HYPERPARAMETER, hyperparameter_probe(setting, view, spec, verdict)),
+            (KEPT_SET, kept_set_probe(claim, splits, setting.role(BASELINE))),
+            (SETTING, setting_probe(claim, calibration)),
+        ]
+        ran = [(cause, found) for cause, found in probes if found is not None]
+        cause, line = next(((c, f[1]) for c, f in ran if f[0]), (NOT_TRACED, "no probe explains the verdict"))
+        traces.append(Trace(number, claim.short or claim.text, cause, line, tuple(f[1] for _, f in ran)))
+    return traces
