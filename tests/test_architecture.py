@@ -266,12 +266,13 @@ ROOMS: dict[str, dict[str, set[str]]] = {
 its folder it may import: planning a grid never imports a cell's life, a cell's life never
 what runs it; the datasets read files through the checks, the noise layer stands alone; the
 analysis loads, then tests, then judges, then ranks."""
-FOLDER_ROOTS = {"cirbench.data.base", "cirbench.data.loader", "cirbench.data.proposal"}
-"""The modules that sit beside a folder's rooms: the data model every data room uses, and two
+FOLDER_ROOTS = {"cirbench.data.base", "cirbench.data.loader", "cirbench.data.proposal", "cirbench.data.registry"}
+"""The modules that sit beside a folder's rooms: the data model every data room uses, and three
 documented old paths (:mod:`cirbench._moved`)."""
 MOVED = {"cirbench.losses": "cirbench.method.losses", "cirbench.ot": "cirbench.method.ot",
          "cirbench.search": "cirbench.method.search", "cirbench.config": "cirbench.settings.config",
-         "cirbench.data.loader": "cirbench.data.datasets.loader", "cirbench.data.proposal": "cirbench.data.noise.proposal"}
+         "cirbench.data.loader": "cirbench.data.datasets.loader", "cirbench.data.proposal": "cirbench.data.noise.proposal",
+         "cirbench.data.registry": "cirbench.data.datasets.registry"}
 """The documented import paths that moved in issue 78, and their new homes."""
 
 

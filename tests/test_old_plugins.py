@@ -44,9 +44,9 @@ def test_the_documented_import_paths_still_work() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from cirbench.backbones.registry import BACKBONES, BackboneFactory
-        from cirbench.data.datasets.loader import DatasetLoader
-        from cirbench.data.noise.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
-        from cirbench.data.datasets.registry import DATASETS, ShapesLoader
+        from cirbench.data.loader import DatasetLoader
+        from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
+        from cirbench.data.registry import DATASETS, ShapesLoader
         from cirbench.plugins import discover, discover_methods
     assert issubclass(ShapesLoader, DatasetLoader) and isinstance(DATASETS.get("shapes"), ShapesLoader)
     assert "tiny" in BACKBONES and isinstance(BACKBONES.get("tiny"), BackboneFactory)

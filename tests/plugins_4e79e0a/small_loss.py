@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from cirbench.backbones.base import max_token_similarity
-from cirbench.method.losses import per_sample_info_nce
+from cirbench.losses import per_sample_info_nce
 from cirbench.method import Batch, Method, MethodConfig, StepOutput
 
 

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from cirbench.data.base import ArrayImages, CIRDataset, EvalProtocol, TripletSplit
-from cirbench.data.datasets.loader import DatasetLoader
+from cirbench.data.loader import DatasetLoader
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40),
            "purple": (150, 50, 190), "orange": (240, 140, 30)}

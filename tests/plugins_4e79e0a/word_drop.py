@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from cirbench.data.base import TripletSplit
-from cirbench.data.noise.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
+from cirbench.data.proposal import NoiseContext, NoiseProtocol, Proposal, choose_noisy, untouched
 
 
 def drop_word(text: str, rng: np.random.Generator) -> str:
