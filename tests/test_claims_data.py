@@ -141,7 +141,7 @@ def test_a_bad_claims_file_names_the_file_the_entry_and_the_problem(tmp_path: Pa
 def test_the_shipped_file_reads_and_its_claims_are_the_reports(tmp_path: Path) -> None:
     write_claims_results(tmp_path, [("sprc", 0.5, 0)])
     (setting,) = load_results(tmp_path).settings
-    shipped = read_claims(REPORT / "analysis" / "claims.toml")
+    shipped = read_claims(REPORT / "analysis" / "verdicts" / "claims.toml")
     assert [c.source for c in claims_on(setting, 20)] == [c.source for c in shipped] and len(shipped) == 14
     published = read_published()
     assert published.baseline not in published.robust and published.floor
@@ -171,8 +171,8 @@ def test_a_claim_reads_its_margin_from_its_file(tmp_path: Path) -> None:
 
 
 def test_every_shipped_claim_declares_its_margin() -> None:
-    text = (REPORT / "analysis" / "claims.toml").read_text()
-    shipped = read_claims(REPORT / "analysis" / "claims.toml")
+    text = (REPORT / "analysis" / "verdicts" / "claims.toml").read_text()
+    shipped = read_claims(REPORT / "analysis" / "verdicts" / "claims.toml")
     assert text.count("\nmargin = 0.01") == len(shipped) and all(c.margin == 0.01 for c in shipped)
 
 
@@ -215,7 +215,7 @@ def test_every_method_and_ablation_the_shipped_claims_name_exists() -> None:
     from cirbench.plugins import discover
 
     methods = discover().methods
-    named = {n for claim in read_claims(REPORT / "analysis" / "claims.toml") for check in claim.checks for n in (*check.methods, *check.against)}
+    named = {n for claim in read_claims(REPORT / "analysis" / "verdicts" / "claims.toml") for check in claim.checks for n in (*check.methods, *check.against)}
     named |= {read_published().baseline, *read_published().robust}
     missing = []
     for name in sorted(n for n in named if not n.startswith("{")):
