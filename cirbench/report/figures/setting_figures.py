@@ -194,7 +194,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  f"Stacked bars: the set each method kept as clean {LAST_EPOCH} (where its kept set is final), split into truly clean "
                  f"({CLEAN_NAME}) and truly noisy ({NOISY_NAME}) samples; the purity (clean share, the mean of each seed's) is printed on top and the dotted "
-                 "outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
+                 f"outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
                  f"samples only where its {CLEAN_NAME} part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
                  f"{BELOW_CHANCE_MARK}: kept a set less clean than chance on a seed (see Kept sets below chance).")
