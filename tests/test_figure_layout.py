@@ -19,7 +19,7 @@ from matplotlib.transforms import Bbox
 from cirbench.report import load_results
 from cirbench.report.analysis.statistics.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, Comparison
 from cirbench.report.analysis.verdicts.claims import Check
-from cirbench.report.figures import setting_figures
+from cirbench.report.figures import score_figures, setting_figures
 from cirbench.report.figures.forest import ForestRow, draw_forest, edge_labels
 from cirbench.results.chance import KeptSetTest
 from test_kept_worth import write_kept_cells
@@ -45,6 +45,7 @@ def _drawn(monkeypatch: pytest.MonkeyPatch, figure, setting, tmp_path: Path) -> 
         found.update(fig=fig, title=title, caption=caption, alt=alt)
 
     monkeypatch.setattr(setting_figures, "save_figure", keep)
+    monkeypatch.setattr(score_figures, "save_figure", keep)
     figure(setting, tmp_path)
     return found.pop("fig"), found
 
@@ -164,3 +165,20 @@ def test_an_off_scale_mark_writes_its_own_value_not_its_intervals_end() -> None:
     assert edge_labels(_check(-0.222, -0.25, -0.19), limits) == [(-21.0, "◀ -22.2, off scale", "left")]
     assert edge_labels(_check(0.18, 0.15, 0.242), limits) == [(21.0, "interval to +25.2 ▶", "right")]
     assert edge_labels(_check(0.05, 0.02, 0.08), limits) == []
+
+
+def test_the_kept_clean_bars_labels_clear_every_bar_and_outline(setting, monkeypatch, tmp_path: Path) -> None:
+    """The purity printed on a bar sat on the dotted outline of the truly clean samples."""
+    fig, _ = _drawn(monkeypatch, setting_figures.purity_bars, setting, tmp_path)
+    renderer = _render(fig)
+    checked = 0
+    for ax in fig.axes:
+        bars = [p.get_window_extent(renderer) for p in ax.patches]
+        frame = ax.get_window_extent(renderer)
+        for text in ax.texts:
+            box = text.get_window_extent(renderer)
+            assert not [b for b in bars if _meet(box, b)], (ax.get_title(), text.get_text())
+            assert frame.y1 >= box.y1 and frame.x0 <= box.x0 and box.x1 <= frame.x1, (ax.get_title(), text.get_text())
+            checked += 1
+    assert checked >= 4
+    _assert_text_fits(fig)

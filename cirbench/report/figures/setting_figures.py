@@ -172,12 +172,14 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         # What a random subset of the same size would hold: kept x (clean share of the training set).
         chance = (clean + noisy) * rows.n_clean_total.to_numpy() / rows.n_train.to_numpy()
         ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
-        for xi, c, n, purity in zip(x, clean, noisy, rows.purity.to_numpy()):  # the tables' mean of each run's purity
-            if np.isfinite(c) and c + n > 0:
-                ax.text(xi, c + n + top * 0.02, f"{format_percent(purity)}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
+        outline = rows.n_clean_total.to_numpy()
+        for xi, c, n, total, purity in zip(x, clean, noisy, outline, rows.purity.to_numpy()):  # the tables' mean of each run's purity
+            if np.isfinite(c) and c + n > 0:  # above the bar and its outline, so it crosses neither
+                ax.text(xi, np.nanmax([c + n, total]) + top * 0.03, f"{format_percent(purity)}%", ha="center", va="bottom",
+                        fontsize=TEXT_SIZE)
         ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
                           for r in rates])
-        ax.set_ylim(0, top * 1.15)
+        ax.set_ylim(0, top * 1.2)
         ax.set_title(_label(setting, method))
         ax.set_xlabel("noise rate")
         ax.set_ylabel("training samples kept as clean")
