@@ -182,3 +182,13 @@ def test_the_kept_clean_bars_labels_clear_every_bar_and_outline(setting, monkeyp
             checked += 1
     assert checked >= 4
     _assert_text_fits(fig)
+
+
+@pytest.mark.parametrize("rates", [None, [0.0, 0.2, 0.5, 0.8]])
+def test_the_validation_curves_labels_meet_no_other(setting, monkeypatch, tmp_path: Path, rates) -> None:
+    """Each panel's y label ran into the one of the panel below it (the committed study's four
+    rates in two rows of two; here one rate has no run, its panel labelled all the same)."""
+    if rates is not None:
+        monkeypatch.setattr(type(setting), "rates", property(lambda self: rates))
+    fig, _ = _drawn(monkeypatch, setting_figures.validation_curves, setting, tmp_path)
+    assert _assert_text_fits(fig) > 20

@@ -8,6 +8,7 @@ method that never partitions has no purity bars; a grid without noise has no ROC
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,8 @@ def _rate_axis(ax: Axes, rates: list[float]) -> None:
     ax.grid(alpha=0.3)
 
 
+YLABEL_CHARS = 20
+"""The longest line of a y-axis label (characters) that a panel's height holds."""
 DODGE = 0.9
 """How far apart (noise-rate percent) the methods' points are set at each rate, so lines that
 lie on each other are still told apart (each method has its marker too)."""
@@ -326,7 +329,7 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
                 used.append(method)
         ax.set_title(f"noise {rate_label(rate)}")
         ax.set_xlabel("epoch")
-        ax.set_ylabel(f"validation {column} (%)")
+        ax.set_ylabel(textwrap.fill(f"validation {column} (%)", YLABEL_CHARS))  # no longer than its panel is tall
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     _method_legend(fig, setting, [m for m in setting.methods if m in used], styles, extra=[_collapse_handle()] if ringed else None)
