@@ -192,3 +192,15 @@ def test_the_validation_curves_labels_meet_no_other(setting, monkeypatch, tmp_pa
         monkeypatch.setattr(type(setting), "rates", property(lambda self: rates))
     fig, _ = _drawn(monkeypatch, setting_figures.validation_curves, setting, tmp_path)
     assert _assert_text_fits(fig) > 20
+
+
+def test_the_roc_legends_cover_no_curve(setting, monkeypatch, tmp_path: Path) -> None:
+    """A panel's legend sat over its curves at 50% and 80%: each is outside every panel now."""
+    fig, _ = _drawn(monkeypatch, score_figures.roc_curves, setting, tmp_path)
+    renderer = _render(fig)
+    panels = [ax for ax in fig.axes if ax.lines]
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + fig.legends
+    assert len(legends) == len(panels) >= 2
+    for legend, ax in itertools.product(legends, panels):
+        assert not _meet(legend.get_window_extent(renderer), ax.get_window_extent(renderer)), ax.get_title()
+    _assert_text_fits(fig)

@@ -66,10 +66,29 @@ def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
                  f"noisy ({NOISY_NAME}) training samples; little overlap means a clean separation.")
 
 
+def _roc(cell: pd.DataFrame, grid: np.ndarray) -> tuple[np.ndarray, list[float]] | None:
+    """The mean ROC curve over the runs of ``cell`` on the false-positive ``grid``, and each run's
+    AUROC; None where no run has both clean and noisy samples."""
+    curves, aucs = [], []
+    for _, run in cell.groupby("run_id"):
+        truth = run.is_noisy.to_numpy(dtype=bool)
+        if truth.all() or not truth.any():
+            continue
+        fpr, tpr, _ = roc_curve(truth, run.score.to_numpy(dtype=float))
+        curves.append(np.interp(grid, fpr, tpr))
+        aucs.append(roc_auc_score(truth, run.score.to_numpy(dtype=float)))
+    return (np.mean(curves, axis=0), aucs) if curves else None
+
+
+LEGEND_ROW = 0.27
+"""The height (inches) of one legend entry under a ROC panel."""
+
+
 @styled
 def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
     """ROC curves of the final-epoch noise score (noisy = positive), one panel per noise
-    rate, the curve averaged over seeds on a common false-positive grid, AUROC in the legend."""
+    rate, the curve averaged over seeds on a common false-positive grid, AUROC in the legend
+    under each panel (over none of its curves)."""
     scores = _scored(setting)
     if scores.empty:
         return None
@@ -77,24 +96,19 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
     rates = sorted(scores.noise_rate.unique())
     grid = np.linspace(0.0, 1.0, 201)
     width = max(4.2 * len(rates), 6.0)
-    fig = Figure(figsize=(width, 4.6), dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, len(rates), squeeze=False)[0]
+    methods = [m for m in setting.methods if m in set(scores.method)]
+    entries = LEGEND_ROW * (len(methods) + 1)
+    fig = Figure(figsize=(width, 4.6 + entries), dpi=DPI, layout="constrained")
+    axes, below = fig.subplots(2, len(rates), squeeze=False, gridspec_kw={"height_ratios": [4.0, entries]})
     figure_title(fig, f"ROC of the final-epoch noise score (noisy = positive, mean over seeds): {setting.describe()}", width)
-    for ax, rate in zip(axes, rates):
-        for method in setting.methods:
-            cell = scores[(scores.method == method) & (scores.noise_rate == rate)]
-            curves, aucs = [], []
-            for _, run in cell.groupby("run_id"):
-                truth = run.is_noisy.to_numpy(dtype=bool)
-                if truth.all() or not truth.any():
-                    continue
-                fpr, tpr, _ = roc_curve(truth, run.score.to_numpy(dtype=float))
-                curves.append(np.interp(grid, fpr, tpr))
-                aucs.append(roc_auc_score(truth, run.score.to_numpy(dtype=float)))
-            if not curves:
+    for ax, legend, rate in zip(axes, below, rates):
+        for method in methods:
+            found = _roc(scores[(scores.method == method) & (scores.noise_rate == rate)], grid)
+            if found is None:
                 continue
+            curve, aucs = found
             spread = f" ± {np.std(aucs, ddof=1):.3f}" if len(aucs) > 1 else ""
-            ax.plot(grid, np.mean(curves, axis=0), color=styles[method]["color"], linestyle=styles[method]["linestyle"],
+            ax.plot(grid, curve, color=styles[method]["color"], linestyle=styles[method]["linestyle"],
                     label=f"{setting.label(method, rate)}: AUROC {np.mean(aucs):.3f}{spread}")
         ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1, label="chance")
         ax.set_xlim(0, 1)
@@ -103,8 +117,9 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
         ax.set_title(f"noise {rate_label(rate)}")
         ax.set_xlabel("false-positive rate (clean flagged)")
         ax.set_ylabel("true-positive rate (noisy flagged)")
-        ax.legend(fontsize=TEXT_SIZE, loc="lower right")
         ax.grid(alpha=0.3)
+        legend.set_axis_off()
+        legend.legend(*ax.get_legend_handles_labels(), fontsize=TEXT_SIZE, loc="upper center", frameon=False)
     return save_figure(fig, out, "roc_curves", "ROC curves of the noise score",
-                 f"Each method's noise score {LAST_EPOCH} as a detector of noisy triplets; the legend gives the AUROC "
-                 "(mean ± std over seeds).")
+                 f"Each method's noise score {LAST_EPOCH} as a detector of noisy triplets; the legend under each panel "
+                 "gives the AUROC (mean ± std over seeds).")
