@@ -17,6 +17,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from cirbench.report import load_results
+from cirbench.report.analysis.loading.numbers import run_columns
 from cirbench.report.analysis.statistics.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, Comparison
 from cirbench.report.analysis.verdicts.claims import Check
 from cirbench.report.figures import score_figures, setting_figures
@@ -204,3 +205,13 @@ def test_the_roc_legends_cover_no_curve(setting, monkeypatch, tmp_path: Path) ->
     for legend, ax in itertools.product(legends, panels):
         assert not _meet(legend.get_window_extent(renderer), ax.get_window_extent(renderer)), ax.get_title()
     _assert_text_fits(fig)
+
+
+def test_the_recall_figures_alt_text_names_every_panel(setting, monkeypatch, tmp_path: Path) -> None:
+    """The README's alt text named two of the figure's eight panels."""
+    fig, saved = _drawn(monkeypatch, setting_figures.recall_vs_noise, setting, tmp_path)
+    panels = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert set(panels) == set(run_columns(setting).columns) and len(panels) >= 3
+    alt = saved["alt"]
+    assert all(f"{panel}" in alt for panel in panels), (panels, alt)
+    assert f"{len(panels)} panels" in alt and all(m in alt for m in setting.methods)

@@ -134,7 +134,26 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
                  "triplets. A red ring "
-                 "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).")
+                 "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).",
+                 _recall_alt(setting, stats, columns, drawn, list(references.index)))
+
+
+def _recall_alt(setting: Setting, stats: pd.DataFrame, columns: list[str], drawn: list[str], references: list[str]) -> str:
+    """The recall figure in words: every panel by name with the highest and the lowest method
+    at the highest noise rate (perfect filters aside), then what each panel draws."""
+    top = max(setting.rates)
+    rated = stats.xs(top, level="noise_rate") if top in stats.index.get_level_values("noise_rate") else None
+    ranked = [m for m in drawn if m not in setting.oracles]
+    panels = []
+    for column in columns:
+        means = rated[("mean", column)].reindex(ranked).dropna() if rated is not None else pd.Series(dtype=float)
+        extremes = (f" (at {rate_label(top)}: highest {setting.label(means.idxmax())} {format_percent(means.max())}, "
+                    f"lowest {setting.label(means.idxmin())} {format_percent(means.min())})") if len(means) > 1 else ""
+        panels.append(column + extremes)
+    lines = "; horizontal lines for the reference rows and the bound (" + ", ".join(references) + ")" if references else ""
+    return (f"Line charts in {len(columns)} panels, one per metric: " + "; ".join(panels) + ". Each panel draws the "
+            f"metric in percent against the noise rate ({', '.join(rate_label(r) for r in setting.rates)}), a line per method "
+            f"({', '.join(setting.label(m) for m in drawn)}) with a ±1 std band{lines}.")
 
 
 def _counts(setting: Setting) -> pd.DataFrame:
