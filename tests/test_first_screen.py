@@ -19,7 +19,7 @@ from cirbench.report.analysis.rankings.leaderboard import ANSWERS, MARKS, build_
 from cirbench.report.analysis.loading.numbers import format_percent, format_points
 from cirbench.report.figures.kept_figure import draw_kept
 from cirbench.report.figures.labels import LABEL_GID, MARKER_PX
-from cirbench.report.figures.palette import CLEAN_COLOUR, NOISY_COLOUR, OKABE_ITO, answer_colour
+from cirbench.report.figures.palette import CLEAN_COLOUR, NOISY_COLOUR, TOL, answer_colour
 from cirbench.report.render.leaderboard_render import legend
 from cirbench.results.labels import REPLAY
 from test_kept_worth import write_kept_cells
@@ -108,7 +108,7 @@ def test_the_answers_are_the_leaderboards_marks(setting) -> None:
 
 
 def test_colours_are_never_shared_between_methods_samples_and_answers() -> None:
-    methods = {c.lower() for c in OKABE_ITO.values()}
+    methods = {c.lower() for c in TOL.values()}
     answers = {answer_colour(key).lower() for key in ANSWERS}
     samples = {CLEAN_COLOUR.lower(), NOISY_COLOUR.lower()}
     assert len(answers) == len(ANSWERS) and not answers & methods and not samples & methods and not samples & answers

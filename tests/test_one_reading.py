@@ -20,7 +20,7 @@ from cirbench.report.analysis.loading.selection import rule_view
 from cirbench.report.analysis.statistics.significance import HOLDS, Comparison
 from cirbench.report.figures.forest import VERDICT_STYLES, ForestRow, x_limits
 from cirbench.report.figures.gain_figure import y_limits
-from cirbench.report.figures.palette import OKABE_ITO, ORACLE_STYLE
+from cirbench.report.figures.palette import ORACLE_STYLE, TOL
 from cirbench.report.render.content import assemble
 from cirbench.report.analysis.rankings.glance import answer_lines
 from cirbench.report.render.leaderboard_render import leaderboard_html, legend
@@ -187,4 +187,4 @@ def test_the_forest_axis_is_set_by_the_comparisons_and_verdicts_use_no_method_co
     assert -37 < low < -1 and 7 < high < 15  # in points; -37 is drawn clipped at the edge
     assert x_limits([*rows[:5], _row(0.04, threshold=-0.03)])[0] <= -3  # a threshold is always in view
     colours = {style["color"].lower() for style in VERDICT_STYLES.values()}
-    assert not colours & {c.lower() for c in OKABE_ITO.values()} and ORACLE_STYLE["color"] not in colours
+    assert not colours & {c.lower() for c in TOL.values()} and ORACLE_STYLE["color"] not in colours

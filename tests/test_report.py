@@ -4,6 +4,7 @@ cells listed, and the ``cirbench report`` / ``cirbench run --report`` commands."
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,8 @@ N_TRAIN = 60
 R10 = {("sprc", 0.2): 0.40, ("sprc", 0.5): 0.30, ("robust", 0.2): 0.50, ("robust", 0.5): 0.45,
        ("oracle", 0.2): 0.70, ("oracle", 0.5): 0.65}
 FAILED = ("robust", 0.5, 1)
+PLACEHOLDER = re.compile(r"\{[A-Za-z_][\w.]*\}")
+"""A template's name left unfilled in the report's text (``{CLEAN_NAME}``)."""
 
 
 def _run_row(method: str, status: str, error: str = "") -> dict:
@@ -126,6 +129,18 @@ def test_figures_exist_and_html_embeds_every_one(built) -> None:
         assert len(data) > 1000 and data.startswith(PNG_MAGIC), png
         assert base64.b64encode(data).decode("ascii") in text, f"{png.name} is not embedded in the HTML"
         assert f"](toy_tiny_thirds/{png.name})" in markdown, f"{png.name} is not linked from report.md"
+
+
+def test_no_figure_title_caption_or_alt_text_keeps_a_placeholder(built) -> None:
+    """Every figure's title, caption and alt text is filled in, in both pages: issue 79 found
+    the kept-clean bars' caption printing ``{CLEAN_NAME}``."""
+    _, page = built
+    markdown = (page.parent / "report.md").read_text(encoding="utf-8")
+    figures = re.findall(r"\n([^\n]+)\n\n!\[([^\]]+)\]\([^)]+\.png\)", markdown)
+    assert len(figures) >= 8 and any("truly clean" in caption for caption, _ in figures)
+    for caption, alt in figures:
+        assert not PLACEHOLDER.findall(caption + alt), (caption, alt)
+    assert not PLACEHOLDER.findall(markdown) and not PLACEHOLDER.findall(page.read_text(encoding="utf-8"))
 
 
 def test_table_marks_the_highest_mean_and_skips_oracles(built) -> None:

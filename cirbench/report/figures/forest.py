@@ -41,6 +41,12 @@ UNITS: dict[str, str] = {
 ROW_HEIGHT = 0.25  # inches per row or group label
 LABEL_CHARS = 30
 """The widest row label (characters) before it wraps onto a second line: two columns share the width."""
+LINE_STEP = 0.55
+"""The room (in rows) each further line of a wrapped row label takes, so it meets no other label."""
+XLABEL_CHARS = 34
+"""The widest line of a panel's x-axis label (characters): no wider than the panel, so never cut."""
+PANEL_ROOM = 2.0
+"""A panel's room (in rows) for its title, x ticks and x-axis label."""
 WIDTH = 11.0
 """The figure's width (inches) with its panels in two columns: at most two 1280x800 screens tall
 for the committed study's claims."""
@@ -49,7 +55,8 @@ PANEL_LINES = 14
 border into panels of their own, each with its axis, so no row is far from its scale."""
 WHISKER = 3.0
 """How far beyond the middle half of a unit's values (in interquartile ranges) the axis
-reaches; an interval or mean beyond it is drawn clipped at the edge, its mean written there."""
+reaches; an interval or mean beyond it is drawn clipped at the edge, what lies there written at it
+(:func:`edge_labels`)."""
 FONT = TEXT_SIZE
 _DIFFERENCE = re.compile(r"^(?P<head>.*?) - (?P<tail>.*?) at (?P<rate>[\d.]+%)(?: > -?[\d.]+ points?)?$")
 
@@ -134,17 +141,35 @@ def x_limits(rows: Sequence[ForestRow]) -> tuple[float, float]:
     return left - pad, right + pad
 
 
-def _edges(ax: Axes, y: float, values: list[float], limits: tuple[float, float], colour: str) -> None:
-    """Write at each edge of ``limits`` the farthest of ``values`` (points) beyond it: a clipped
-    mean or interval is drawn to the edge, its value there."""
+def _points(check: Check) -> tuple[float, list[float]]:
+    """The row's mark and the ends it draws, in points: the mean difference and its intervals'
+    ends, or for a kept set the mean over seeds and each seed's purity minus chance."""
+    if check.kept_sets:
+        values = [100 * (t.purity - t.chance) for t in check.kept_sets]
+        return sum(values) / len(values), values
+    comparison = check.comparison
+    ends = [100 * v for interval in (comparison.seed_interval, comparison.bootstrap_interval) if interval is not None
+            for v in interval]
+    return 100 * comparison.mean, [v for v in ends if math.isfinite(v)]
+
+
+def edge_labels(check: Check, limits: tuple[float, float]) -> list[tuple[float, str, str]]:
+    """What the row of ``check`` writes at the axis' edges, as (x, text, alignment): where its
+    mark is beyond an edge, the mark's own value, said to be off scale (the mark is drawn at
+    the edge); else, where an interval (a kept set's seed) reaches beyond it, the farthest end."""
+    mean, ends = _points(check)
     low, high = limits
-    beyond_low, beyond_high = [v for v in values if v < low], [v for v in values if v > high]
-    for found, edge, align in ((beyond_low, low, "left"), (beyond_high, high, "right")):
-        if found:
-            value = min(found) if edge == low else max(found)
-            text = f"◀ {format_points(value)}" if edge == low else f"{format_points(value)} ▶"
-            ax.text(edge, y + 0.33, text, ha=align, va="center", fontsize=FONT - 1, color=colour,
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3})
+    found = []
+    for edge, align, beyond in ((low, "left", lambda v: v < low), (high, "right", lambda v: v > high)):
+        farthest = sorted((v for v in ends if beyond(v)), key=abs)
+        if beyond(mean):
+            text = f"{format_points(mean)}, off scale"
+        elif farthest:
+            text = f"{'a seed at' if check.kept_sets else 'interval to'} {format_points(farthest[-1])}"
+        else:
+            continue
+        found.append((edge, f"◀ {text}" if edge == low else f"{text} ▶", align))
+    return found
 
 
 def _draw_row(ax: Axes, y: float, check: Check, limits: tuple[float, float]) -> None:
@@ -154,27 +179,22 @@ def _draw_row(ax: Axes, y: float, check: Check, limits: tuple[float, float]) -> 
     def bounded(value: float) -> float:
         return min(max(value, limits[0]), limits[1])
 
+    mean, ends = _points(check)
     if check.kept_sets:
-        values = [100 * (t.purity - t.chance) for t in check.kept_sets]
-        mean = sum(values) / len(values)
-        ax.plot([bounded(v) for v in values], [y] * len(values), linestyle="none", marker="|", markersize=10, color=colour)
-        ax.plot([bounded(mean)], [y], linestyle="none", markersize=6, **style)
-        ax.plot([0.0, 0.0], [y - 0.4, y + 0.4], color="black", linewidth=0.9, linestyle="--")
-        _edges(ax, y, values, limits, colour)
-        return
-    comparison = check.comparison
-    drawn = [100 * comparison.mean]
-    if comparison.seed_interval is not None:
-        ends = [100 * v for v in comparison.seed_interval]
-        ax.hlines(y + 0.12, *map(bounded, ends), color=colour, linewidth=3.2, alpha=0.8)
-        drawn += ends
-    if comparison.bootstrap_interval is not None:
-        ends = [100 * v for v in comparison.bootstrap_interval]
-        ax.hlines(y - 0.12, *map(bounded, ends), color=colour, linewidth=1.2)
-        drawn += ends
-    ax.plot([bounded(100 * comparison.mean)], [y], linestyle="none", markersize=6, **style)
-    ax.plot([100 * comparison.threshold] * 2, [y - 0.4, y + 0.4], color="black", linewidth=0.9, linestyle="--")
-    _edges(ax, y, [v for v in drawn if math.isfinite(v)], limits, colour)
+        ax.plot([bounded(v) for v in ends], [y] * len(ends), linestyle="none", marker="|", markersize=10, color=colour)
+        threshold = 0.0
+    else:
+        comparison = check.comparison
+        for interval, offset, width, alpha in ((comparison.seed_interval, 0.12, 3.2, 0.8),
+                                               (comparison.bootstrap_interval, -0.12, 1.2, 1.0)):
+            if interval is not None:
+                ax.hlines(y + offset, *(bounded(100 * v) for v in interval), color=colour, linewidth=width, alpha=alpha)
+        threshold = 100 * comparison.threshold
+    ax.plot([bounded(mean)], [y], linestyle="none", markersize=6, **style)
+    ax.plot([threshold] * 2, [y - 0.4, y + 0.4], color="black", linewidth=0.9, linestyle="--")
+    for x, text, align in edge_labels(check, limits):
+        ax.text(x, y + 0.33, text, ha=align, va="center", fontsize=FONT - 1, color=colour,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3})
 
 
 def _halves(heights: list[float]) -> int:
@@ -199,28 +219,36 @@ def _chunks(lines: list[tuple[str, ForestRow | None]]) -> list[list[tuple[str, F
     return [c for c in chunks if c]
 
 
+def _rows(lines: list[tuple[str, ForestRow | None]]) -> tuple[list[str], list[float]]:
+    """Each line's label wrapped to :data:`LABEL_CHARS` and its height (in rows): a label
+    wrapped onto more lines takes :data:`LINE_STEP` more per further line."""
+    labels = [textwrap.fill(text, LABEL_CHARS) for text, _ in lines]
+    return labels, [1.0 + LINE_STEP * label.count("\n") for label in labels]
+
+
 def _panel(ax: Axes, lines: list[tuple[str, ForestRow | None]], limits: tuple[float, float], xlabel: str,
            title: str) -> None:
-    n = len(lines)
-    for i, (_, row) in enumerate(lines):
-        y = n - 1 - i
+    labels, heights = _rows(lines)
+    total = sum(heights)
+    tops = [total - sum(heights[:i]) for i in range(len(lines))]
+    centres = [top - height / 2 for top, height in zip(tops, heights)]
+    for i, ((_, row), top, y) in enumerate(zip(lines, tops, centres)):
         if row is None:
             if i:
-                ax.axhline(y + 0.5, color="0.55", linewidth=0.8)
+                ax.axhline(top, color="0.55", linewidth=0.8)
             continue
         _draw_row(ax, y, row.check, limits)
-    ax.set_yticks([n - 1 - i for i in range(n)], [textwrap.fill(text, LABEL_CHARS) for text, _ in lines], fontsize=FONT - 1,
-                  linespacing=0.95)
+    ax.set_yticks(centres, labels, fontsize=FONT - 1, linespacing=0.95)
     for label, (_, row) in zip(ax.get_yticklabels(), lines):
         if row is None:
             label.set_fontweight("bold")
-    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_ylim(-0.2, total + 0.2)
     ax.set_xlim(*limits)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.axvline(0.0, color="#bbbbbb", linewidth=0.6, zorder=0)
     if title:
         ax.set_title(title, loc="left", fontsize=FONT + 1, fontweight="bold")
-    ax.set_xlabel(textwrap.fill(xlabel, int(1.5 * LABEL_CHARS)), fontsize=FONT - 1)
+    ax.set_xlabel(textwrap.fill(xlabel, XLABEL_CHARS), fontsize=FONT - 1)
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -234,7 +262,7 @@ def draw_forest(panels: dict[str, list[ForestRow]], metric: str | None = None) -
         xlabel = UNITS[unit].format(metric=metric or "the headline recall")
         chunks = _chunks(_layout(rows))
         parts += [(chunk, limits, xlabel, unit if i == 0 else f"{unit} (continued)") for i, chunk in enumerate(chunks)]
-    heights = [len(chunk) + 2.0 for chunk, *_ in parts]
+    heights = [sum(_rows(chunk)[1]) + PANEL_ROOM for chunk, *_ in parts]
     split = _halves(heights)
     columns = [list(zip(parts[:split], heights[:split])), list(zip(parts[split:], heights[split:]))]
     columns = [c for c in columns if c]
@@ -268,8 +296,8 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
     groups = sorted({row.claim for rows in panels.values() for row in rows})
     alt = (f"Forest plot in {len(panels)} panels, one per unit: {counts}; rows grouped under claims "
            f"{', '.join(map(str, groups))}, each a difference with its intervals against a dashed threshold, "
-           "coloured by verdict (green holds, wine red does not hold, grey undecided); a value beyond the axis is "
-           "written at its edge.")
+           "coloured by verdict (green holds, wine red does not hold, grey undecided); a mean beyond the axis is drawn "
+           "at its edge with its value, said to be off scale.")
     return save_figure(draw_forest(panels, metric), out, "claims_forest",
                        "The claims at a glance: each comparison against its threshold, by unit",
                        "One panel per unit (recall, purity, AUROC; a long one split into short panels on the same scale), "
@@ -281,7 +309,8 @@ def claims_forest(claims: Sequence[Claim], out: Path, metric: str | None = None)
                        "the threshold, does not hold (wine red) when both lie below it or, against a threshold of 0, both lie "
                        "inside the claim's margin (equivalent), and is undecided (grey) otherwise. A kept set against chance "
                        "shows each seed's purity minus the training set's clean share "
-                       "(ticks) and their mean; it holds when the exact test puts every seed above chance (p < 0.01). A mean or "
-                       "an interval beyond the axis (an outlier that would squeeze every other row) is drawn to the edge, "
-                       "the farthest value there written at it (◀ or ▶).",
+                       "(ticks) and their mean; it holds when the exact test puts every seed above chance (p < 0.01). A mean "
+                       "beyond the axis (an outlier that would squeeze every other row) is drawn at the edge with its own "
+                       "value written there, \"off scale\"; an interval (a seed) that only reaches beyond it is drawn to the "
+                       "edge, its farthest end written there (◀ or ▶).",
                        alt)

@@ -8,6 +8,7 @@ method that never partitions has no purity bars; a grid without noise has no ROC
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from sklearn.metrics import roc_auc_score, roc_curve
 
 from cirbench.report.analysis.loading.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
 from cirbench.report.analysis.loading.numbers import (
@@ -31,6 +31,7 @@ from cirbench.report.figures.figure_file import (
     DPI, MAX_WIDTH, TEXT_SIZE, FigureFile, figure_title, save_figure, styled,
 )
 from cirbench.report.figures.palette import CLEAN_COLOUR, CLEAN_NAME, NOISY_COLOUR, NOISY_NAME, method_styles, reference_style
+from cirbench.report.figures.score_figures import roc_curves, score_distributions
 from cirbench.results.roles import BASELINE
 
 
@@ -82,6 +83,8 @@ def _rate_axis(ax: Axes, rates: list[float]) -> None:
     ax.grid(alpha=0.3)
 
 
+YLABEL_CHARS = 20
+"""The longest line of a y-axis label (characters) that a panel's height holds."""
 DODGE = 0.9
 """How far apart (noise-rate percent) the methods' points are set at each rate, so lines that
 lie on each other are still told apart (each method has its marker too)."""
@@ -131,7 +134,26 @@ def recall_vs_noise(setting: Setting, out: Path) -> FigureFile | None:
                  "the reference rows, not fine-tuned (zero_shot: the starting model; text_blind: the reference image "
                  f"alone; text_only: the text alone) and the bound: {setting.role(BASELINE)} trained on the uncorrupted "
                  "triplets. A red ring "
-                 "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).")
+                 "marks a method at a noise rate where it collapsed on a seed (see Collapsed cells).",
+                 _recall_alt(setting, stats, columns, drawn, list(references.index)))
+
+
+def _recall_alt(setting: Setting, stats: pd.DataFrame, columns: list[str], drawn: list[str], references: list[str]) -> str:
+    """The recall figure in words: every panel by name with the highest and the lowest method
+    at the highest noise rate (perfect filters aside), then what each panel draws."""
+    top = max(setting.rates)
+    rated = stats.xs(top, level="noise_rate") if top in stats.index.get_level_values("noise_rate") else None
+    ranked = [m for m in drawn if m not in setting.oracles]
+    panels = []
+    for column in columns:
+        means = rated[("mean", column)].reindex(ranked).dropna() if rated is not None else pd.Series(dtype=float)
+        extremes = (f" (at {rate_label(top)}: highest {setting.label(means.idxmax())} {format_percent(means.max())}, "
+                    f"lowest {setting.label(means.idxmin())} {format_percent(means.min())})") if len(means) > 1 else ""
+        panels.append(column + extremes)
+    lines = "; horizontal lines for the reference rows and the bound (" + ", ".join(references) + ")" if references else ""
+    return (f"Line charts in {len(columns)} panels, one per metric: " + "; ".join(panels) + ". Each panel draws the "
+            f"metric in percent against the noise rate ({', '.join(rate_label(r) for r in setting.rates)}), a line per method "
+            f"({', '.join(setting.label(m) for m in drawn)}) with a ±1 std band{lines}.")
 
 
 def _counts(setting: Setting) -> pd.DataFrame:
@@ -172,12 +194,14 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
         # What a random subset of the same size would hold: kept x (clean share of the training set).
         chance = (clean + noisy) * rows.n_clean_total.to_numpy() / rows.n_train.to_numpy()
         ax.hlines(chance, x - 0.3, x + 0.3, colors="black", linestyles="--", linewidth=1.2)
-        for xi, c, n, purity in zip(x, clean, noisy, rows.purity.to_numpy()):  # the tables' mean of each run's purity
-            if np.isfinite(c) and c + n > 0:
-                ax.text(xi, c + n + top * 0.02, f"{format_percent(purity)}%", ha="center", va="bottom", fontsize=TEXT_SIZE)
+        outline = rows.n_clean_total.to_numpy()
+        for xi, c, n, total, purity in zip(x, clean, noisy, outline, rows.purity.to_numpy()):  # the tables' mean of each run's purity
+            if np.isfinite(c) and c + n > 0:  # above the bar and its outline, so it crosses neither
+                ax.text(xi, np.nanmax([c + n, total]) + top * 0.03, f"{format_percent(purity)}%", ha="center", va="bottom",
+                        fontsize=TEXT_SIZE)
         ax.set_xticks(x, [rate_label(r) + setting.collapse_mark(method, r) + setting.below_chance_mark(method, r)
                           for r in rates])
-        ax.set_ylim(0, top * 1.15)
+        ax.set_ylim(0, top * 1.2)
         ax.set_title(_label(setting, method))
         ax.set_xlabel("noise rate")
         ax.set_ylabel("training samples kept as clean")
@@ -194,7 +218,7 @@ def purity_bars(setting: Setting, out: Path) -> FigureFile | None:
     return save_figure(fig, out, "purity_bars", "Kept-clean set (ConeSep Fig. 6)",
                  f"Stacked bars: the set each method kept as clean {LAST_EPOCH} (where its kept set is final), split into truly clean "
                  f"({CLEAN_NAME}) and truly noisy ({NOISY_NAME}) samples; the purity (clean share, the mean of each seed's) is printed on top and the dotted "
-                 "outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
+                 f"outline is the number of truly clean samples in the training set. The dashed tick is the {CLEAN_NAME} part a "
                  "random subset of the same size would have (purity 1 - noise rate): a method separates clean from noisy "
                  f"samples only where its {CLEAN_NAME} part rises above the tick. {COLLAPSE_MARK} after a rate: collapsed on a seed; "
                  f"{BELOW_CHANCE_MARK}: kept a set less clean than chance on a seed (see Kept sets below chance).")
@@ -285,96 +309,6 @@ def detection_by_type(setting: Setting, out: Path) -> FigureFile | None:
                  "Bottom: AUROC of the noise score, clean samples against that noise type (0.5 = chance).")
 
 
-def _scored(setting: Setting) -> pd.DataFrame:
-    scores = setting.scores
-    scores = scores[np.isfinite(scores.score.to_numpy(dtype=float))]
-    return scores[scores.noise_rate > 0]
-
-
-@styled
-def score_distributions(setting: Setting, out: Path) -> FigureFile | None:
-    """Histograms of the final-epoch noise score of truly clean and truly noisy training
-    samples, one panel per method (rows) and noise rate (columns), seeds pooled."""
-    scores = _scored(setting)
-    if scores.empty:
-        return None
-    methods = [m for m in setting.methods if m in set(scores.method)]
-    rates = sorted(scores.noise_rate.unique())
-    width = max(3.4 * len(rates), 7.0)
-    fig = Figure(figsize=(width, 2.5 * len(methods) + 1.1), dpi=DPI, layout="constrained")
-    axes = fig.subplots(len(methods), len(rates), squeeze=False)
-    figure_title(fig, f"Final-epoch noise-score distributions, seeds pooled (higher = more likely noisy): {setting.describe()}", width)
-    for r, method in enumerate(methods):
-        for c, rate in enumerate(rates):
-            ax = axes[r][c]
-            cell = scores[(scores.method == method) & (scores.noise_rate == rate)]
-            if cell.empty:
-                ax.set_axis_off()
-                continue
-            values = cell.score.to_numpy(dtype=float)
-            noisy = cell.is_noisy.to_numpy(dtype=bool)
-            lo, hi = (float(v) for v in np.percentile(values, [0.5, 99.5]))  # a few outliers must not squash the rest
-            hi = hi if hi > lo else lo + 1.0
-            values = np.clip(values, lo, hi)
-            bins = np.linspace(lo, hi, 41)
-            for mask, colour, label in ((~noisy, CLEAN_COLOUR, "clean"), (noisy, NOISY_COLOUR, "noisy")):
-                if mask.any():
-                    ax.hist(values[mask], bins=bins, density=True, color=colour, alpha=0.6, label=label)
-            ax.set_title(f"{setting.label(method, rate)}, noise {rate_label(rate)}", fontsize=TEXT_SIZE)
-            ax.set_xlabel("noise score")
-            ax.set_ylabel("density")
-    fig.legend(handles=[Patch(color=CLEAN_COLOUR, alpha=0.6, label="truly clean"),
-                        Patch(color=NOISY_COLOUR, alpha=0.6, label="truly noisy")],
-               loc="outside lower center", ncols=2, frameon=False)
-    return save_figure(fig, out, "score_distributions", "Noise-score distributions",
-                 f"How well each method's per-sample noise score {LAST_EPOCH} separates truly clean ({CLEAN_NAME}) from truly "
-                 f"noisy ({NOISY_NAME}) training samples; little overlap means a clean separation.")
-
-
-@styled
-def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
-    """ROC curves of the final-epoch noise score (noisy = positive), one panel per noise
-    rate, the curve averaged over seeds on a common false-positive grid, AUROC in the legend."""
-    scores = _scored(setting)
-    if scores.empty:
-        return None
-    styles = method_styles(setting)
-    rates = sorted(scores.noise_rate.unique())
-    grid = np.linspace(0.0, 1.0, 201)
-    width = max(4.2 * len(rates), 6.0)
-    fig = Figure(figsize=(width, 4.6), dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, len(rates), squeeze=False)[0]
-    figure_title(fig, f"ROC of the final-epoch noise score (noisy = positive, mean over seeds): {setting.describe()}", width)
-    for ax, rate in zip(axes, rates):
-        for method in setting.methods:
-            cell = scores[(scores.method == method) & (scores.noise_rate == rate)]
-            curves, aucs = [], []
-            for _, run in cell.groupby("run_id"):
-                truth = run.is_noisy.to_numpy(dtype=bool)
-                if truth.all() or not truth.any():
-                    continue
-                fpr, tpr, _ = roc_curve(truth, run.score.to_numpy(dtype=float))
-                curves.append(np.interp(grid, fpr, tpr))
-                aucs.append(roc_auc_score(truth, run.score.to_numpy(dtype=float)))
-            if not curves:
-                continue
-            spread = f" ± {np.std(aucs, ddof=1):.3f}" if len(aucs) > 1 else ""
-            ax.plot(grid, np.mean(curves, axis=0), color=styles[method]["color"], linestyle=styles[method]["linestyle"],
-                    label=f"{setting.label(method, rate)}: AUROC {np.mean(aucs):.3f}{spread}")
-        ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1, label="chance")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1.01)
-        ax.set_aspect("equal")
-        ax.set_title(f"noise {rate_label(rate)}")
-        ax.set_xlabel("false-positive rate (clean flagged)")
-        ax.set_ylabel("true-positive rate (noisy flagged)")
-        ax.legend(fontsize=TEXT_SIZE, loc="lower right")
-        ax.grid(alpha=0.3)
-    return save_figure(fig, out, "roc_curves", "ROC curves of the noise score",
-                 f"Each method's noise score {LAST_EPOCH} as a detector of noisy triplets; the legend gives the AUROC "
-                 "(mean ± std over seeds).")
-
-
 def _validation_per_epoch(setting: Setting) -> tuple[pd.DataFrame, str] | None:
     metrics = validation_metrics(setting)
     if metrics.empty:
@@ -414,7 +348,7 @@ def validation_curves(setting: Setting, out: Path) -> FigureFile | None:
                 used.append(method)
         ax.set_title(f"noise {rate_label(rate)}")
         ax.set_xlabel("epoch")
-        ax.set_ylabel(f"validation {column} (%)")
+        ax.set_ylabel(textwrap.fill(f"validation {column} (%)", YLABEL_CHARS))  # no longer than its panel is tall
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     _method_legend(fig, setting, [m for m in setting.methods if m in used], styles, extra=[_collapse_handle()] if ringed else None)
