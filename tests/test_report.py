@@ -426,3 +426,26 @@ def test_provenance_names_the_held_out_shares_and_warns_when_two_are_compared() 
     (line,) = _holdout_shares(mixed)
     assert line.startswith("WARNING: runs trained with different held-out shares") and "0 (1 run(s)), 0.1 (2 run(s))" in line
     assert _holdout_shares(runs.drop(columns="holdout")) == []
+
+
+MACHINE_PATHS = ("/home/", "/work/", "/tmp/", "/Users/")
+
+
+def test_the_report_prints_no_path_of_the_machine_that_built_it(built) -> None:
+    """The results folder under Provenance relative to the report's folder (both under one
+    folder here, as a repository's ``results/`` and ``reports/``), never as an absolute path."""
+    root, page = built
+    for text in (page.read_text(encoding="utf-8"), (page.parent / "report.md").read_text(encoding="utf-8")):
+        assert str(root) not in text and str(root.parent) not in text
+        assert not [p for p in MACHINE_PATHS if p in text], [text[text.index(p) - 80:text.index(p) + 80]
+                                                             for p in MACHINE_PATHS if p in text]
+        assert f"Results: ../{root.name} (relative to this report" in text
+
+
+def test_results_outside_the_reports_repository_are_named_not_located(tmp_path: Path) -> None:
+    from cirbench.report.render.content import results_line
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    inside, outside, out = tmp_path / "repo" / "results", tmp_path / "study" / "results", tmp_path / "repo" / "reports"
+    assert results_line(inside, out) == "Results: ../results (relative to this report's folder)"
+    assert results_line(outside, out) == "Results: a folder named results (outside this report's repository: its name only)"
