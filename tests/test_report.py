@@ -4,6 +4,7 @@ cells listed, and the ``cirbench report`` / ``cirbench run --report`` commands."
 from __future__ import annotations
 
 import base64
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -449,3 +450,38 @@ def test_results_outside_the_reports_repository_are_named_not_located(tmp_path: 
     inside, outside, out = tmp_path / "repo" / "results", tmp_path / "study" / "results", tmp_path / "repo" / "reports"
     assert results_line(inside, out) == "Results: ../results (relative to this report's folder)"
     assert results_line(outside, out) == "Results: a folder named results (outside this report's repository: its name only)"
+
+
+class _TableParents(HTMLParser):
+    """Each ``<table>``'s class and the element it sits in (tag and class)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str]] = []
+        self.tables: list[tuple[str, tuple[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in {"br", "img", "meta"}:
+            return
+        kind = dict(attrs).get("class") or ""
+        if tag == "table":
+            self.tables.append((kind, self.stack[-1]))
+        self.stack.append((tag, kind))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+
+def test_every_html_table_scrolls_in_its_own_box(built) -> None:
+    """A table wider than the page (at 1,280 px, the eight-column leaderboard and the purity
+    table) scrolls sideways inside its box: the page itself never widens."""
+    from cirbench.report.render.html import STYLE
+
+    _, page = built
+    parser = _TableParents()
+    parser.feed(page.read_text(encoding="utf-8"))
+    kinds = {kind for kind, _ in parser.tables}
+    assert {"leaderboard", "results", "problems"} <= kinds, kinds
+    assert [kind for kind, parent in parser.tables if parent != ("div", "wide")] == []
+    assert "div.wide { overflow-x: auto; max-width: 100%; }" in STYLE
