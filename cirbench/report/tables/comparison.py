@@ -18,7 +18,7 @@ from cirbench.report.analysis.rankings.leaderboard import MARKS, VERSUS, Judge
 from cirbench.report.analysis.loading.load import Setting
 from cirbench.report.analysis.statistics.significance import difference
 from cirbench.report.analysis.loading.numbers import (
-    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, headline_column, purity_per_run, rate_label,
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, format_number, headline_column, purity_per_run, rate_label,
     run_columns, summarize,
 )
 from cirbench.report.tables.model import TOP_NOTE, Cell, TableModel, below_chance_note, collapse_note
@@ -27,7 +27,7 @@ from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
     """Rank 1 for the highest of the higher-is-better ``values`` at display precision (ties share it)."""
-    shown = {m: round(v, 2) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
+    shown = {m: float(format_number(v)) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
     if len(shown) < 2:
         return {}
     top = max(shown.values())
@@ -106,7 +106,7 @@ def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel |
                 mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
                                 int(block.loc[method, ("n", column)]))
                 diff = mean - full
-                versus = "-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}"
+                versus = "-" if method == base else format_number(diff, sign=True)
                 if versus != "-" and (mark := _versus_full(judge, method, base, rate)):
                     versus = f"{versus} {mark}"
                 cells = [Cell(format_mean(mean, std, n)), Cell(versus)]
@@ -135,7 +135,7 @@ def gain_table(setting: Setting) -> TableModel | None:
         others = [m for m in setting.methods if m in block.index and m != baseline]
         for i, method in enumerate(others):
             diff = block.loc[method, columns] - block.loc[baseline, columns]
-            cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}") for d in diff]
+            cells = [Cell(format_number(d, sign=True)) for d in diff]
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
         shown += [(m, rate) for m in (baseline, *others)]
     if not rows:
