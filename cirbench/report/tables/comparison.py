@@ -21,7 +21,7 @@ from cirbench.report.analysis.loading.numbers import (
     CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, format_number, headline_column, purity_per_run, rate_label,
     run_columns, summarize,
 )
-from cirbench.report.tables.model import TOP_NOTE, Cell, TableModel, below_chance_note, collapse_note
+from cirbench.report.tables.model import TOP_NOTE, Cell, TableModel, below_chance_note, collapse_note, read_seeds
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 
@@ -35,12 +35,12 @@ def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
 
 
 def _ranked_table(
-    title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
+    title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str, read: pd.Index,
     unranked: frozenset[str] = frozenset(), kept_sets: bool = False,
 ) -> TableModel:
-    """Rows method within noise rate from :func:`summarize` output, the highest mean marked per
-    column and rate (oracles and ``unranked`` columns never marked); with ``kept_sets`` the
-    rows whose kept set is below chance are marked too."""
+    """Rows method within noise rate from :func:`summarize` output of the runs ``read`` (run ids),
+    the highest mean marked per column and rate (oracles and ``unranked`` columns never marked);
+    with ``kept_sets`` the rows whose kept set is below chance are marked too."""
     rows, shown = [], []
     for rate in sorted(stats.index.get_level_values("noise_rate").unique()):
         block = stats.xs(rate, level="noise_rate")
@@ -58,7 +58,7 @@ def _ranked_table(
             mark = setting.below_chance_mark(method, rate) if kept_sets else ""
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate) + mark, cells))
     note += collapse_note(setting, shown) + (below_chance_note(setting, shown) if kept_sets else "")
-    return TableModel(title, columns, rows, note)
+    return TableModel(title, columns, rows, note, read_seeds(setting, shown, read))
 
 
 def recall_table(setting: Setting) -> TableModel | None:
@@ -73,7 +73,7 @@ def recall_table(setting: Setting) -> TableModel | None:
         f"{ON_VALIDATION.capitalize()} (%) {CLAIMS_EPOCH}, mean ± std over seeds; {TOP_NOTE}; "
         f"{setting.role(PERFECT_FILTER)} rows are not marked."
     )
-    return _ranked_table("Retrieval", stats, columns, setting, note)
+    return _ranked_table("Retrieval", stats, columns, setting, note, per_run.index)
 
 
 def _versus_full(judge: Judge | None, variant: str, full: str, rate: float) -> str:
@@ -117,7 +117,7 @@ def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel |
     note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over seeds; the difference is to the full "
             "method at the same rate, in percentage points." + marks + " The claims section gives the intervals."
             + collapse_note(setting, cells_shown))
-    return TableModel("Ablations", [column, "vs full"], rows, note)
+    return TableModel("Ablations", [column, "vs full"], rows, note, read_seeds(setting, cells_shown, per_run.index))
 
 
 def gain_table(setting: Setting) -> TableModel | None:
@@ -142,7 +142,7 @@ def gain_table(setting: Setting) -> TableModel | None:
         return None
     note = (f"Mean difference to {baseline} in percentage points of {ON_VALIDATION} {CLAIMS_EPOCH}; the leaderboard "
             "and the claims say which differences are more than seed and query noise." + collapse_note(setting, shown))
-    return TableModel(f"Gain over {baseline}", columns, rows, note)
+    return TableModel(f"Gain over {baseline}", columns, rows, note, read_seeds(setting, shown, per_run.index))
 
 
 def purity_table(setting: Setting) -> TableModel | None:
@@ -164,6 +164,6 @@ def purity_table(setting: Setting) -> TableModel | None:
         f"{TOP_NOTE} (Kept is not marked)."
     )
     return _ranked_table(
-        "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note,
+        "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note, per_run.index,
         unranked=frozenset({PURITY_COLUMNS["kept"]}), kept_sets=True,
     )

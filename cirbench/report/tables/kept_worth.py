@@ -13,7 +13,7 @@ from cirbench.report.analysis.statistics.significance import DEFAULT_MARGIN, EQU
 from cirbench.report.analysis.loading.load import COLLAPSE_MARK
 from cirbench.report.analysis.loading.numbers import format_mean, format_number, rate_label
 from cirbench.report.analysis.statistics.significance import half_width_text
-from cirbench.report.tables.model import Cell, TableModel
+from cirbench.report.tables.model import Cell, TableModel, seeds_by_row
 
 DECOMPOSITION_TITLE = "What a kept set is worth: filter and other terms"
 NOISE_TYPES_TITLE = "What each noise type costs the baseline"
@@ -67,7 +67,13 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
             f"{MARKS[UNSEPARATED]} undecided; {COLLAPSE_MARK} a cell read collapsed; {SMALLEST}. A replay "
             f"trains `{base}`'s loss: 'other terms' is every difference of the method's training beyond the rows it kept "
             "(its loss terms, what it does with the dropped rows, its hyperparameters, its own model's trajectory)." + stale)
-    return TableModel(DECOMPOSITION_TITLE, columns, rows, note)
+    seeds = seeds_by_row({(s.method, s.rate): _check_seeds(s.total, s.filter, s.other, s.left) for s in worth.splits})
+    return TableModel(DECOMPOSITION_TITLE, columns, rows, note, seeds)
+
+
+def _check_seeds(*checks: Check | None) -> set[int]:
+    """The seeds the comparisons of ``checks`` read."""
+    return {int(s) for c in checks if c is not None and c.comparison is not None for s in c.comparison.seeds}
 
 
 def noise_type_table(worth: KeptWorth) -> TableModel | None:
@@ -88,4 +94,4 @@ def noise_type_table(worth: KeptWorth) -> TableModel | None:
             f"baseline, in points (below 0: it costs), by the claims' paired rule and marks ({SMALLEST}); caught: the share of that "
             "type's noisy triplets each method did not keep, at the epoch the claims read (0 in a warm-up epoch, which "
             f"keeps every row). {worth.metric} mean ± std over seeds, each run at its best held-out epoch.")
-    return TableModel(NOISE_TYPES_TITLE, columns, rows, note)
+    return TableModel(NOISE_TYPES_TITLE, columns, rows, note, seeds_by_row({(c.label, c.rate): c.seeds for c in worth.costs}))
