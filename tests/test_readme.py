@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -148,6 +149,22 @@ def test_the_readmes_answers_are_the_leaderboards_marks() -> None:
 def test_the_readme_types_no_result_by_hand(what: str, pattern: str) -> None:
     found = re.findall(pattern, _prose(README))
     assert not found, f"README.md quotes {what} outside its generated block: {found}"
+
+
+def test_the_readme_says_which_grids_ran_which_seeds() -> None:
+    """The committed study's headline grid and its other grids on the seeds its file gives them (issue 79:
+    the README said "three seeds" of a five-seed headline)."""
+    study = tomllib.loads((ROOT / "experiments" / "committed-report.toml").read_text(encoding="utf-8"))
+    headline = next(g for g in study["grid"] if g["kind"] == "run" and "sprc" in g.get("methods", ()))
+
+    def span(seeds: list[int]) -> str:
+        return f"seeds {min(seeds)}-{max(seeds)}"
+
+    prose = " ".join(_prose(README).split())
+    said = re.search(r"The committed report .*?\. ", prose).group(0)
+    assert f"every hosted method at four noise rates and the perfect filter on {span(headline['seeds'])}" in said, said
+    assert f"their ablations and the kept-set cells on {span(study['defaults']['seeds'])}" in said, said
+    assert "three seeds" not in said
 
 
 def test_the_readmes_install_and_test_commands_are_cis() -> None:
