@@ -26,9 +26,8 @@ def export(
     cache_dir: CacheDir = Path("datasets"),
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples.")] = False,
     release_json: Annotated[bool, Opt("--release-json/--no-release-json", help="Also write the release's training files "
-                                      "(FashionIQ, CIRR) with the noisy values in, under "
-                                      "OUTPUT/release/<dataset>-<protocol>-<rate>-seed<seed>/ (one folder per rate and "
-                                      "seed).")] = True,
+                                      "(FashionIQ, CIRR) with the noisy values in, "
+                                      "one folder per rate and seed under OUTPUT/release/.")] = True,
 ) -> None:
     """Write a noise instance: one row per training triplet (index, noise type, the values it
     got, the flag) as parquet, for `cirbench run --noise-file`, and the release's JSON training
