@@ -55,7 +55,8 @@ def seeds_by_row(found: Mapping[tuple[str, float], Iterable[int]]) -> dict[str, 
     return {key: seeds for key, seeds in out.items() if seeds}
 
 
-def read_seeds(setting: Setting, cells: Iterable[tuple[str, float]], read: pd.Index | None = None) -> dict[str, tuple[int, ...]]:
+def read_seeds(setting: Setting, cells: Iterable[tuple[str, float]],
+               read: pd.Index | None = None) -> dict[str, tuple[int, ...]]:
     """:func:`seeds_by_row` of ``cells`` (method, noise rate) from ``setting``'s runs (those in
     ``read``, run ids, where given: the runs a table's numbers come from)."""
     runs = setting.runs if read is None else setting.runs[setting.runs.run_id.isin(read)]
