@@ -62,8 +62,28 @@ def test_release_files_hold_the_releases_noisy_triplets(tmp_path: Path) -> None:
     _export(root, "fashioniq", tmp_path / "noise", "0.8")
     files = [f"captions/cap.{c}.train.json" for c in ("dress", "shirt", "toptee")]
     original = [e for f in files for e in json.loads((root / f).read_text())]
-    written = [e for f in files for e in json.loads((tmp_path / "noise" / "release" / f).read_text())]
+    written = [e for f in files for e in json.loads((_release(tmp_path / "noise", "fashioniq", "0.8") / f).read_text())]
     assert written == releases_shuffle(original, 0.8, "fashioniq")[0]
+
+
+def _release(out: Path, dataset: str, rate: str) -> Path:
+    """The folder of one rate's release files under an export's ``out``."""
+    return out / "release" / f"{dataset}-release-{rate}-seed0"
+
+
+def test_two_rates_exported_to_one_folder_keep_both_rates_files(tmp_path: Path) -> None:
+    root = tmp_path / "fiq"
+    write_fashioniq(root, n_train_images=12, n_train=20, n_val=4)
+    out = tmp_path / "noise"
+    _export(root, "fashioniq", out, "0.2")
+    _export(root, "fashioniq", out, "0.8")
+    files = [f"captions/cap.{c}.train.json" for c in ("dress", "shirt", "toptee")]
+    original = [e for f in files for e in json.loads((root / f).read_text())]
+    written = {rate: [e for f in files for e in json.loads((_release(out, "fashioniq", rate) / f).read_text())]
+               for rate in ("0.2", "0.8")}
+    assert written["0.2"] == releases_shuffle(original, 0.2, "fashioniq")[0]
+    assert written["0.8"] == releases_shuffle(original, 0.8, "fashioniq")[0]
+    assert written["0.2"] != written["0.8"]
 
 
 def _corrupt(path: Path, target: Path, change) -> Path:

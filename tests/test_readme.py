@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -46,8 +48,13 @@ WORD_LIMIT, LEGEND_LIMIT = 1200, 60
 """The README's words (``str.split``, the whole file) and the words above a results block's first table."""
 
 
+def _two(value: float) -> str:
+    """``value`` at two decimals by the report's one rule, restated: half away from zero on the decimal value."""
+    return str(Decimal(repr(float(value))).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+
 def _number(mean: float, std: float, below: bool) -> str:
-    return f"{mean:.2f} ± {std:.2f}" + ("§" if below else "")
+    return f"{_two(mean)} ± {_two(std)}" + ("§" if below else "")
 
 
 def _expected_cells(row) -> tuple[str, str]:
@@ -144,6 +151,22 @@ def test_the_readme_types_no_result_by_hand(what: str, pattern: str) -> None:
     assert not found, f"README.md quotes {what} outside its generated block: {found}"
 
 
+def test_the_readme_says_which_grids_ran_which_seeds() -> None:
+    """The committed study's headline grid and its other grids on the seeds its file gives them (issue 79:
+    the README said "three seeds" of a five-seed headline)."""
+    study = tomllib.loads((ROOT / "experiments" / "committed-report.toml").read_text(encoding="utf-8"))
+    headline = next(g for g in study["grid"] if g["kind"] == "run" and "sprc" in g.get("methods", ()))
+
+    def span(seeds: list[int]) -> str:
+        return f"seeds {min(seeds)}-{max(seeds)}"
+
+    prose = " ".join(_prose(README).split())
+    said = re.search(r"The committed report .*?\. ", prose).group(0)
+    assert f"every hosted method at four noise rates and the perfect filter on {span(headline['seeds'])}" in said, said
+    assert f"their ablations and the kept-set cells on {span(study['defaults']['seeds'])}" in said, said
+    assert "three seeds" not in said
+
+
 def test_the_readmes_install_and_test_commands_are_cis() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     install = next(line for line in ci.splitlines() if line.startswith("pip install"))
@@ -172,6 +195,19 @@ def test_the_block_follows_the_report(tmp_path: Path) -> None:
     table.to_csv(cells, index=False)
     assert update_readme(readme, report)  # room at the claims' epoch: the perfect filter's point more
     assert float(gap_at_80.search(readme.read_text()).group(1)) == pytest.approx(before + 1.0, abs=0.11)
+
+
+def test_the_block_says_what_the_start_and_the_target_are() -> None:
+    """§ names the untrained start and its values (``zero_shot``'s row of ``leaderboard.csv``, in
+    each table's column); each room line's target is named the calibration's, from docs/benchmark.md."""
+    block = results_block(ROOT / "reports", ROOT)
+    board = pd.read_csv(next((ROOT / "reports").glob("*/leaderboard.csv")))
+    start = board[(board.kind == "reference") & (board.method == "zero_shot")].iloc[0]
+    assert f"§: below the untrained start, `zero_shot` ({_two(start.metric_mean)} · {_two(start.recall_mean)});" in block
+    heading = "Room to win (R@10), against its calibration target ([docs/benchmark.md](docs/benchmark.md#the-targets)):"
+    assert heading in block and "## The targets" in (ROOT / "docs" / "benchmark.md").read_text(encoding="utf-8")
+    room = re.findall(r"^- \d+%: the perfect filter wins back .*$", block, re.M)
+    assert room and all(re.search(r"; calibration target ≥ \d+%, (met|missed)\.$", line) for line in room), room
 
 
 def test_a_readme_without_the_markers_is_refused_by_name(tmp_path: Path) -> None:

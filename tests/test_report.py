@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -441,3 +442,61 @@ def test_provenance_names_the_held_out_shares_and_warns_when_two_are_compared() 
     (line,) = _holdout_shares(mixed)
     assert line.startswith("WARNING: runs trained with different held-out shares") and "0 (1 run(s)), 0.1 (2 run(s))" in line
     assert _holdout_shares(runs.drop(columns="holdout")) == []
+
+
+MACHINE_PATHS = ("/home/", "/work/", "/tmp/", "/Users/")
+
+
+def test_the_report_prints_no_path_of_the_machine_that_built_it(built) -> None:
+    """The results folder under Provenance relative to the report's folder (both under one
+    folder here, as a repository's ``results/`` and ``reports/``), never as an absolute path."""
+    root, page = built
+    for text in (page.read_text(encoding="utf-8"), (page.parent / "report.md").read_text(encoding="utf-8")):
+        assert str(root) not in text and str(root.parent) not in text
+        assert not [p for p in MACHINE_PATHS if p in text], [text[text.index(p) - 80:text.index(p) + 80]
+                                                             for p in MACHINE_PATHS if p in text]
+        assert f"Results: ../{root.name} (relative to this report" in text
+
+
+def test_results_outside_the_reports_repository_are_named_not_located(tmp_path: Path) -> None:
+    from cirbench.report.render.content import results_line
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    inside, outside, out = tmp_path / "repo" / "results", tmp_path / "study" / "results", tmp_path / "repo" / "reports"
+    assert results_line(inside, out) == "Results: ../results (relative to this report's folder)"
+    assert results_line(outside, out) == "Results: a folder named results (outside this report's repository: its name only)"
+
+
+class _TableParents(HTMLParser):
+    """Each ``<table>``'s class and the element it sits in (tag and class)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str]] = []
+        self.tables: list[tuple[str, tuple[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in {"br", "img", "meta"}:
+            return
+        kind = dict(attrs).get("class") or ""
+        if tag == "table":
+            self.tables.append((kind, self.stack[-1]))
+        self.stack.append((tag, kind))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+
+def test_every_html_table_scrolls_in_its_own_box(built) -> None:
+    """A table wider than the page (at 1,280 px, the eight-column leaderboard and the purity
+    table) scrolls sideways inside its box: the page itself never widens."""
+    from cirbench.report.render.html import STYLE
+
+    _, page = built
+    parser = _TableParents()
+    parser.feed(page.read_text(encoding="utf-8"))
+    kinds = {kind for kind, _ in parser.tables}
+    assert {"leaderboard", "results", "problems"} <= kinds, kinds
+    assert [kind for kind, parent in parser.tables if parent != ("div", "wide")] == []
+    assert "div.wide { overflow-x: auto; max-width: 100%; }" in STYLE

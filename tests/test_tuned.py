@@ -20,6 +20,7 @@ from cirbench.report.analysis.loading.load import sweep_seeds
 from cirbench.report.analysis.rankings.tuned import picked_trials, trial_selection, tuned_board
 from cirbench.report.tables.claim_cells import claim_cells_tables
 from cirbench.report.tables.tuned import tuned_table
+from cirbench.report.tables.model import heading
 from cirbench.results.store import CellKey, ResultsStore
 from test_claims import _run_row
 from test_leaderboard import REFERENCES, _metrics, _ranks
@@ -128,7 +129,8 @@ def test_a_sweep_of_several_methods_picks_on_the_held_out_split_alone(setting) -
     (first,) = {tuple(p) for p in picked_trials(setting)[["seed"]].itertuples(index=False)}
     assert first == (0,)
     table = tuned_table(setting)
-    assert "seed 0 only" in table.title and all("s1:" not in row[2][-1].text for row in table.rows)
+    assert heading(table) == "Tuned (equal budget, holdout selection), seed 0" and "seed 0 only" in table.note
+    assert all("s1:" not in row[2][-1].text for row in table.rows)
 
 
 def test_a_picked_trial_rerun_on_more_seeds_is_no_missing_sweep_cell(setting) -> None:

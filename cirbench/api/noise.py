@@ -29,11 +29,14 @@ def export_noise(output: Path, dataset: str, protocol: str, rate: float, seed: i
                  allow_missing: bool = False, release_json: bool = True) -> ExportedNoise:
     """Write the instance of ``protocol`` at ``rate`` and ``seed`` on ``dataset`` under
     ``output`` (``<dataset>-<protocol>-<rate>-seed<seed>.parquet``, and with ``release_json``
-    the release's training files under ``release/``); ValueError when the protocol cannot
-    build it (e.g. ``hard``, which needs a backbone's features) or the files cannot be written."""
+    the release's training files under ``release/<dataset>-<protocol>-<rate>-seed<seed>/``, one
+    folder per instance, so that another rate or seed exported beside it overwrites nothing);
+    ValueError when the protocol cannot build it (e.g. ``hard``, which needs a backbone's
+    features) or the files cannot be written."""
     loader = DATASETS.get(dataset)
     loaded = loader(cache_dir, data_root, dataset_options or {}, allow_missing) if loader.files else loader(cache_dir, data_root)
     noisy, manifest = inject_noise(loaded, protocol, rate, seed)
-    path = write_instance(output / f"{loaded.name}-{protocol}-{rate:g}-seed{seed}.parquet", loaded, noisy, manifest)
-    files = write_release_json(output / "release", loaded, manifest) if release_json and loader.files else []
+    name = f"{loaded.name}-{protocol}-{rate:g}-seed{seed}"
+    path = write_instance(output / f"{name}.parquet", loaded, noisy, manifest)
+    files = write_release_json(output / "release" / name, loaded, manifest) if release_json and loader.files else []
     return ExportedNoise(path, files, len(noisy), moved_counts(manifest))

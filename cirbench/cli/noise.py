@@ -26,11 +26,14 @@ def export(
     cache_dir: CacheDir = Path("datasets"),
     allow_missing: Annotated[bool, Opt("--allow-missing", help="Accept a dataset with missing or broken samples.")] = False,
     release_json: Annotated[bool, Opt("--release-json/--no-release-json", help="Also write the release's training files "
-                                      "(FashionIQ, CIRR) with the noisy values in.")] = True,
+                                      "(FashionIQ, CIRR) with the noisy values in, "
+                                      "one folder per rate and seed under OUTPUT/release/.")] = True,
 ) -> None:
     """Write a noise instance: one row per training triplet (index, noise type, the values it
     got, the flag) as parquet, for `cirbench run --noise-file`, and the release's JSON training
-    files with the noisy values written in, for the authors' own code."""
+    files with the noisy values written in, for the authors' own code, in a folder of their own
+    per rate and seed (OUTPUT/release/<dataset>-<protocol>-<rate>-seed<seed>/), so that exporting
+    another rate into the same OUTPUT overwrites nothing."""
     from cirbench.api.noise import export_noise
     from cirbench.data.datasets.check import DatasetProblemsError
 

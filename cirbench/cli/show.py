@@ -14,13 +14,14 @@ from rich.table import Table
 
 from cirbench.engine.running.runner import Event
 from cirbench.results.headline import headline_recall
+from cirbench.results.metrics import format_number
 from cirbench.results.summary import RunSummary
 
 SKIPPED = "already complete (skipped)"
 
 
 def _fmt(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+    return format_number(x, 3)
 
 
 def damaged(console: Console, event: Event) -> None:
@@ -100,7 +101,7 @@ class GridProgress:
             state["r10"] = headline_recall(info["recall"])
         self.progress.update(
             self.tasks[event.cell.key.run_id], total=info["total_steps"], completed=info["step"] + ("recall" not in info),
-            status=f"epoch {info['epoch'] + 1}  loss {state['loss']:.3f}  R@10 {state['r10']:.3f}",
+            status=f"epoch {info['epoch'] + 1}  loss {format_number(state['loss'], 3)}  R@10 {format_number(state['r10'], 3)}",
         )
 
     def _done(self, event: Event) -> None:
@@ -117,7 +118,7 @@ class GridProgress:
         task = self.tasks.get(run_id)
         if task is None:
             task = self._add(event, 1, "")
-        status = (f"completed  R@10 {headline_recall(outcome.final):.3f}" if outcome.status == "completed"
+        status = (f"completed  R@10 {format_number(headline_recall(outcome.final), 3)}" if outcome.status == "completed"
                   else SKIPPED if outcome.status == "skipped"
                   else f"[yellow]skipped: {escape(outcome.error)}[/]" if outcome.status == "locked"
                   else f"[red]{outcome.status}: {escape(outcome.error)}[/]")
@@ -178,7 +179,7 @@ def calibration(console: Console, checks: list, title: str) -> None:
         table.add_column(column, justify="right" if column in ("value", "target") else "left", overflow="fold")
     for c in checks:
         colour = {"pass": "green", "FAIL": "red"}.get(c.verdict, "yellow")
-        table.add_row(c.name, c.figure, f"{c.value:.3f}", c.target, f"[{colour}]{c.verdict}[/]", escape(c.detail))
+        table.add_row(c.name, c.figure, format_number(c.value, 3), c.target, f"[{colour}]{c.verdict}[/]", escape(c.detail))
     console.print(table)
 
 

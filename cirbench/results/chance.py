@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
+from cirbench.results.metrics import format_number
 from cirbench.results.store import MAIN_SCORE
 
 KEPT_SET_ALPHA = 0.01
@@ -107,8 +108,9 @@ def below_chance_reason(purity: pd.DataFrame, n_noisy: float) -> str:
     if judged is None or judged[1].p_dirtier >= KEPT_SET_ALPHA:
         return ""
     epoch, test = judged
-    return (f"kept set {test.purity:.1%} clean ({test.n_selected_clean} of {test.n_selected}) below chance "
-            f"{test.chance:.1%} (p={test.p_dirtier:.1g}) at the final epoch ({epoch + 1})")
+    return (f"kept set {format_number(100 * test.purity, 1)}% clean ({test.n_selected_clean} of {test.n_selected}) "
+            f"below chance {format_number(100 * test.chance, 1)}% (p={format_number(test.p_dirtier, digits=1)}) at the "
+            f"final epoch ({epoch + 1})")
 
 
 def judge_below_chance(runs: pd.DataFrame, purity: pd.DataFrame) -> pd.DataFrame:

@@ -29,7 +29,7 @@ import math
 import pandas as pd
 
 from cirbench.results.headline import headline_rows
-from cirbench.results.metrics import RECALL
+from cirbench.results.metrics import RECALL, format_number
 LOSS_RTOL = 1e-4
 """Relative median step-to-step change at or below which an epoch's total loss counts as constant."""
 LOSS_ATOL = 1e-6
@@ -57,11 +57,12 @@ def _below_text_only(recall: pd.Series, text_only: float) -> list[str]:
     reasons = []
     last = int(recall.index[-1])
     if last in epochs:
-        reasons.append(f"R@10 {recall[last]:.3f} below text_only {text_only:.3f} at the final epoch ({last + 1})")
+        reasons.append(f"R@10 {format_number(recall[last], 3)} below text_only {format_number(text_only, 3)} at the final "
+                       f"epoch ({last + 1})")
     for _, group in itertools.groupby(enumerate(epochs), lambda pair: pair[1] - pair[0]):  # runs of consecutive epochs
         streak = [epoch for _, epoch in group]
         if len(streak) >= 2:
-            reasons.append(f"R@10 below text_only {text_only:.3f} at epochs {streak[0] + 1}-{streak[-1] + 1}")
+            reasons.append(f"R@10 below text_only {format_number(text_only, 3)} at epochs {streak[0] + 1}-{streak[-1] + 1}")
     return reasons
 
 
@@ -76,7 +77,7 @@ def _constant_loss(losses: pd.DataFrame) -> list[str]:
             continue
         change, mean = float(values.diff().abs().median()), float(values.mean())
         if change <= LOSS_ATOL + LOSS_RTOL * abs(mean):
-            reasons.append(f"total loss constant over epoch {int(epoch) + 1} ({mean:.4f})")
+            reasons.append(f"total loss constant over epoch {int(epoch) + 1} ({format_number(mean, 4)})")
     return reasons
 
 

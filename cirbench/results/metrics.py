@@ -2,16 +2,19 @@
 labels, the recall read where no average is asked for, and the papers' averages (which
 parts, over which groups, the report's column, the stored name). The evaluator names its
 metrics here, the datasets' summaries, the tables' columns, the headline, selection, the
-bootstrap, the claims, the README block and ``cirbench reproduce`` read them from here.
-Plain Python: the command line reads it to print its help.
+bootstrap, the claims, the README block and ``cirbench reproduce`` read them from here; and the
+one rule every number the report, its files and the README print is rounded by
+(:func:`format_number`). Plain Python: the command line reads it to print its help.
 
 Adding a headline average is one :class:`Average` in :data:`AVERAGES`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Sequence
 
 RECALL_NAME = re.compile(r"recall(?P<subset>_subset)?@(?P<k>\d+)")
@@ -76,3 +79,25 @@ def headline_column(columns: list[str]) -> str | None:
         if name in columns:
             return name
     return columns[0] if columns else None
+
+
+STORED_PLACES = 6
+"""The decimals the report's CSV files keep (:func:`format_number` writes them): a printed number
+is read at them first, so that a number and its CSV copy print alike."""
+
+
+def format_number(value: float | None, places: int = 2, *, sign: bool = False, digits: int | None = None) -> str:
+    """The one rule every number of the report, its CSV files and the README prints by: ``value``
+    rounded half away from zero on its decimal value, at ``places`` decimals (first at
+    :data:`STORED_PLACES`, as its CSV copy holds it: ``92.02499999999999`` and ``92.025`` both
+    print ``92.03``), or with ``digits`` at that many significant digits (``2.3e-28`` -> ``2e-28``);
+    ``sign``: ``+`` before a positive number; ``-`` without a finite value."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    exact = Decimal(repr(float(value)))
+    plus = "+" if sign else ""
+    if digits is not None:
+        step = Decimal(1).scaleb(exact.adjusted() - digits + 1) if exact else Decimal(1)
+        return f"{float(exact.quantize(step, ROUND_HALF_UP)):{plus}.{digits}g}"
+    stored = exact.quantize(Decimal(1).scaleb(-STORED_PLACES), ROUND_HALF_UP)
+    return f"{stored.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP):{plus}f}"

@@ -11,6 +11,7 @@ from cirbench.report.analysis.loading.cells import (
     FINAL_METRICS_FILE, SELECTED_METRICS_FILE, final_metrics_table, selected_metrics_table,
 )
 from cirbench.report.analysis.loading.load import Setting
+from cirbench.report.analysis.loading.numbers import STORED_PLACES, format_number
 from cirbench.results.atomic import atomic_write
 
 
@@ -25,11 +26,12 @@ def write_selected_metrics(setting: Setting, folder: Path) -> Path:
 
 
 def write_table(table: pd.DataFrame, path: Path) -> Path:
-    """Write ``table`` as CSV at ``path`` (atomically, readable by all); its path."""
+    """Write ``table`` as CSV at ``path`` (atomically, readable by all), every float at
+    :data:`STORED_PLACES` decimals by the report's one rounding rule; its path."""
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
-        table.to_csv(tmp, index=False, float_format="%.6f")
+        table.to_csv(tmp, index=False, float_format=lambda value: format_number(value, STORED_PLACES))
         tmp.chmod(0o644)
 
     atomic_write(path, write)

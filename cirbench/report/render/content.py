@@ -5,6 +5,7 @@ or missing cells; the provenance."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,10 +84,28 @@ class ReportContent:
     provenance: list[str]
 
 
-def _provenance(data: ReportData) -> list[str]:
+def _repository(folder: Path) -> Path:
+    """The git repository holding ``folder`` (the nearest folder above it with a ``.git``), else its parent."""
+    for above in (folder, *folder.parents):
+        if (above / ".git").exists():
+            return above
+    return folder.parent
+
+
+def results_line(root: Path, output: Path) -> str:
+    """Where the results were read from, never as a path of the machine that built the report:
+    relative to the report's folder ``output`` when inside the repository holding it (else the
+    folder above it), else the folder's name alone."""
+    root, output = Path(root).resolve(), Path(output).resolve()
+    if root.is_relative_to(_repository(output)):
+        return f"Results: {Path(os.path.relpath(root, output)).as_posix()} (relative to this report's folder)"
+    return f"Results: a folder named {root.name} (outside this report's repository: its name only)"
+
+
+def _provenance(data: ReportData, output: Path) -> list[str]:
     runs = pd.concat([s.runs for s in data.settings], ignore_index=True) if data.settings else pd.DataFrame()
     lines = [
-        f"Results: {data.root}",
+        results_line(data.root, output),
         f"Built: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by cirbench {cirbench.__version__}",
     ]
     if len(runs):
@@ -177,4 +196,4 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
         f"{n_runs} completed cell(s){kept} in {len(data.settings)} setting(s); "
         f"{len(data.problems)} failed or missing cell(s) listed at the end."
     )
-    return ReportContent("cirbench report", subtitle, sections, data.problems, _provenance(data))
+    return ReportContent("cirbench report", subtitle, sections, data.problems, _provenance(data, output))

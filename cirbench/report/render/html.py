@@ -26,7 +26,7 @@ from cirbench.report.render.layout import (
 )
 from cirbench.report.render.layout import NOTE
 from cirbench.report.render.leaderboard_render import leaderboard_html, legend, tuned_legend
-from cirbench.report.render.table_text import to_html
+from cirbench.report.render.table_text import scrolling, to_html
 
 STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -72,6 +72,7 @@ table.leaderboard tr.sub th { border-bottom: 1px solid #333; font-weight: normal
 table.leaderboard thead tr:first-child th { border-bottom: 1px solid #999; }
 span.top { color: #555; margin-left: 0.2em; }
 div.wide { overflow-x: auto; max-width: 100%; }
+p, li, figcaption, h2, h3 { overflow-wrap: break-word; }
 nav.contents ul { margin: 0.2em 0; } nav.contents li { margin: 0.1em 0; }
 h2.leaderboard { margin-top: 0.8em; font-size: 1.2em; }
 code { background: #f3f3f3; padding: 0 0.2em; border-radius: 3px; font-size: 0.92em; }
@@ -115,7 +116,7 @@ def problems_html(problems: pd.DataFrame) -> str:
             p.dataset, p.backbone, p.noise_protocol, p.method, f"{p.noise_rate:g}", p.seed, p.status, p.error)) + "</tr>"
         for p in problems.itertuples(index=False)
     )
-    return f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    return scrolling(f'<table class="problems"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
 
 
 def flags_html(flags: FlagList) -> str:
@@ -125,7 +126,7 @@ def flags_html(flags: FlagList) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("Method", "Noise", "Seed", "Reason"))
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in flags.rows)
     return (f'<p class="note">{html.escape(flags.rule)}</p>'
-            f'<table class="problems collapsed"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+            + scrolling(f'<table class="problems collapsed"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'))
 
 
 def claims_html(claims: list[Claim]) -> str:
@@ -140,7 +141,7 @@ def claims_html(claims: list[Claim]) -> str:
         kind = claim.verdict.replace(" ", "-")
         rows.append(f"<tr><td>{number}</td><td>{prose(claim.text)}{details}</td><td>{prose(claim.source)}</td>"
                     f'<td class="verdict {kind}">{prose(claim.verdict_text)}</td></tr>')
-    return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return scrolling(f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def _items(lines: list[str]) -> str:
@@ -203,14 +204,14 @@ def render_html(content: ReportContent) -> str:
                     '<ul class="answers">' + "".join(f"<li>{prose(line)}</li>" for line in answer_lines(board)) + "</ul>",
                     f'<p class="terms">{prose(terms_line(board))}</p>',
                     *(f'<p class="context">{prose(line)}</p>' for line in section.context),
-                    f'<p class="legend">{prose(legend(section.leaderboard))}</p>', leaderboard_html(section.leaderboard)]
+                    f'<p class="legend">{prose(legend(section.leaderboard))}</p>', scrolling(leaderboard_html(section.leaderboard))]
         if section.tuned is not None:
             tuned = section.tuned
             out += [f'<h2 class="leaderboard" id="{tuned_anchor(section)}">{html.escape(tuned_title(section))}</h2>',
                     f'<p class="answers-intro">{prose(answers_intro(tuned.board))}</p>',
                     '<ul class="answers">' + "".join(f"<li>{prose(line)}</li>" for line in answer_lines(tuned.board)) + "</ul>",
                     f'<p class="context">{prose(tuned.picks_line())}</p>', f'<p class="context">{prose(tuned.changes_line())}</p>',
-                    f'<p class="legend">{prose(tuned_legend(tuned.board))}</p>', leaderboard_html(tuned.board)]
+                    f'<p class="legend">{prose(tuned_legend(tuned.board))}</p>', scrolling(leaderboard_html(tuned.board))]
     out.append(_contents_html(contents(content)))
     for section in content.sections:
         out.append(f'<h2 id="{setting_anchor(section)}">{html.escape(section.setting.describe())}</h2>')

@@ -13,6 +13,7 @@ from cirbench.report.analysis.loading.collapsed import flag_lists
 from cirbench.report.analysis.rankings.kept_worth import WORTH_TITLE
 from cirbench.report.analysis.verdicts.room import ROOM_TITLE
 from cirbench.report.figures.figure_file import FigureFile
+from cirbench.report.tables.model import heading
 from cirbench.report.render.content import ReportContent, Section
 
 FIGURE, CLAIMS, GLANCE, ROOM, FLAGS, TABLE = "figure", "claims", "glance", "room", "flags", "table"
@@ -77,7 +78,7 @@ def parts(section: Section) -> list[Part]:
         found.append(Part(f"{base}-room", ROOM_TITLE, ROOM, section.room))
     found += [_kept_part(base, item) for item in section.kept_worth]
     found += [Part(f"{base}-{slug(flags.title)}", flags.title, FLAGS, flags) for flags in flag_lists(section.setting)]
-    found += [Part(f"{base}-table-{slug(t.title)}", t.title, TABLE, t) for t in section.tables]
+    found += [Part(f"{base}-table-{slug(t.title)}", heading(t), TABLE, t) for t in section.tables]
     found += [Part(f"{base}-{slug(f.path.stem)}", f.title, FIGURE, f) for f in section.figures]
     return found
 
@@ -88,7 +89,7 @@ def _kept_part(base: str, item: object) -> Part:
         return Part(f"{base}-{slug(item.path.stem)}", item.title, FIGURE, item)
     if isinstance(item, str):
         return Part(f"{base}-kept-set-worth", WORTH_TITLE, NOTE, item)
-    return Part(f"{base}-table-{slug(item.title)}", item.title, TABLE, item)
+    return Part(f"{base}-table-{slug(item.title)}", heading(item), TABLE, item)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from cirbench.report.analysis.rankings.leaderboard import (
     LeaderRow, Stat, answers_words, terms,
 )
 from cirbench.report.analysis.loading.load import COLLAPSE_MARK, TOLD_RATE
-from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, format_number, rate_label
 from cirbench.report.analysis.rankings.tuned import TunedBoard
 from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.selection import DEFAULT_RULE
@@ -32,10 +32,10 @@ def _shows_recall(board: Leaderboard) -> bool:
     return bool(board.recall) and board.recall != board.metric
 
 
-def _start_text(board: Leaderboard) -> str:
+def start_text(board: Leaderboard) -> str:
     """``zero_shot``'s values of the board's columns, e.g. `` (47.10 · 63.20)``."""
     values = [board.metric_start] + ([board.start] if _shows_recall(board) else [])
-    shown = [f"{v:.2f}" for v in values if math.isfinite(v)]
+    shown = [format_number(v) for v in values if math.isfinite(v)]
     return f" ({' · '.join(shown)})" if shown else ""
 
 
@@ -47,7 +47,7 @@ def legend(board: Leaderboard) -> str:
         f"Each cell: {pair}: {ON_VALIDATION}, %, mean ± std over seeds {','.join(map(str, board.seeds))}, "
         f"{board.epochs}. Marks against `{board.baseline}` (both 95% intervals, over seeds and queries, on one side of 0): "
         f"{answers}. **Bold**: ahead of every other ranked method; <u>underlined</u>: leaders not separated. "
-        f"{BELOW_START_MARK}: below `zero_shot`{_start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
+        f"{BELOW_START_MARK}: below `zero_shot`{start_text(board)}. {COLLAPSE_MARK}: collapsed on a seed."
         + (f" A method marked ({TOLD_RATE}) read the configured noise rate, which no other method is given: privileged "
            "information real data does not come with."
            if any(TOLD_RATE in row.label for row in board.rows) else "")

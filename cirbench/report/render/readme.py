@@ -26,10 +26,11 @@ from cirbench.report.analysis.loading.numbers import rate_label
 from cirbench.report.analysis.verdicts.room import percent, points, room_to_win
 from cirbench.report.render.layout import slug
 from cirbench.report.render.leaderboard_render import (
-    BELOW_START_MARK, LEADERBOARD_FILES, board_from_frame, leaderboard_markdown,
+    BELOW_START_MARK, LEADERBOARD_FILES, board_from_frame, leaderboard_markdown, start_text,
 )
 from cirbench.results.atomic import atomic_write_text
 from cirbench.results.metrics import RECALL
+from cirbench.results.labels import ZERO_SHOT_ROW
 from cirbench.results.roles import BASELINE, PERFECT_FILTER, role_method
 
 BEGIN = "<!-- results: generated from the committed report by `cirbench report --readme`; do not edit -->"
@@ -39,6 +40,9 @@ VERDICTS = re.compile(r"\*\*(Verdicts of \d+ claims: [^*]+)\.\*\*")
 LEGEND_WORDS = 60
 """The most words of a setting's text above its first table, its title line included: the rest
 is the report's (linked)."""
+TARGETS_DOC = "docs/benchmark.md"
+"""Where the calibration's targets are set, the room to win's among them (cirbench's docs)."""
+TARGETS_ANCHOR = "the-targets"
 
 
 class ReadmeError(ValueError):
@@ -54,18 +58,29 @@ def _room_lines(cells: pd.DataFrame) -> list[str]:
     lines = []
     for room in (r for r in rooms if r is not None):
         target = ROOM_SHARE.get(room.rate)
-        verdict = (f"; target ≥ {percent(target)}, {'met' if room.share >= target else 'missed'}" if target is not None else "")
+        verdict = (f"; calibration target ≥ {percent(target)}, {'met' if room.share >= target else 'missed'}"
+                   if target is not None else "")
         lines.append(f"- {rate_label(room.rate)}: the perfect filter wins back {percent(room.share)} of "
                      f"`{roles[BASELINE]}`'s R@10 loss ({points(room.gap)} points){verdict}.")
     return lines
 
 
+def _targets(readme_dir: Path) -> str:
+    """The calibration's targets as a link from ``readme_dir`` where cirbench's docs sit beside
+    it, else their place in cirbench's docs named."""
+    if (Path(readme_dir) / TARGETS_DOC).is_file():
+        return f"[{TARGETS_DOC}]({TARGETS_DOC}#{TARGETS_ANCHOR})"
+    return f"cirbench's {TARGETS_DOC}, the targets"
+
+
 def legend(board: Leaderboard, links: str) -> str:
-    """The words between a setting's title and its first table: what the cells are and the marks."""
+    """The words between a setting's title and its first table: what the cells are, the marks, and
+    the untrained start's values (``zero_shot``'s, in each table's column) that § is below."""
     answers = answers_words()
     return (f"% of validation queries, mean ± std over seeds {','.join(map(str, board.seeds))}. Marks against "
             f"`{board.baseline}`, the baseline (both 95% intervals on one side of 0): {answers}. {BELOW_START_MARK}: "
-            f"below the start; underlined: leaders not separated. Terms and rule: {links}.")
+            f"below the untrained start, `{ZERO_SHOT_ROW}`{start_text(board)}; underlined: leaders not separated. "
+            f"Terms and rule: {links}.")
 
 
 def _verdicts(report_md: str, cells: pd.DataFrame) -> str:
@@ -111,7 +126,7 @@ def results_block(report_dir: Path, readme_dir: Path) -> str:
                   *(f"- {line}" for line in answer_lines(board))]
         room = _room_lines(cells)
         if room:
-            lines += ["", "Room to win (R@10):", "", *room]
+            lines += ["", f"Room to win (R@10), against its calibration target ({_targets(readme_dir)}):", "", *room]
         verdicts = _verdicts(report_md, cells)
         if verdicts:
             lines += ["", f"The papers' claims ([{link}/report.md]({link}/report.md)): {verdicts}."]

@@ -7,6 +7,15 @@ import html
 
 from cirbench.report.tables.model import TOP_MARK, Cell, TableModel
 
+SCROLL_CLASS = "wide"
+"""The box every HTML table of the report sits in: it scrolls sideways inside the page
+(:data:`~cirbench.report.render.html.STYLE`), so a wide table never widens the page."""
+
+
+def scrolling(table: str) -> str:
+    """An HTML ``table`` in its own sideways-scrolling box (:data:`SCROLL_CLASS`)."""
+    return f'<div class="{SCROLL_CLASS}">{table}</div>'
+
 
 def to_markdown(table: TableModel) -> str:
     """A GitHub-flavoured Markdown table, the highest mean followed by :data:`TOP_MARK`."""
@@ -43,5 +52,4 @@ def to_html(table: TableModel) -> str:
         row_class = ' class="block-start"' if noise else ""
         tds = "".join(f"<td>{mark(c)}</td>" for c in cells)
         body.append(f"<tr{row_class}>{first}<td class=\"method\">{html.escape(method)}</td>{tds}</tr>")
-    return (f'<div class="wide"><table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-            "</table></div>")
+    return scrolling(f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')

@@ -11,7 +11,7 @@ from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
 from cirbench.report.analysis.verdicts.claims import setting_claims
 from cirbench.report.analysis.loading.load import Setting
 from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label, run_columns, summarize
-from cirbench.report.tables.model import Cell, TableModel, collapse_note
+from cirbench.report.tables.model import Cell, TableModel, collapse_note, read_seeds
 from cirbench.results.metrics import headline_column
 from cirbench.results.roles import ROLES
 
@@ -58,7 +58,7 @@ def claim_cells_table(setting: Setting, number: int, spec: ClaimSpec) -> TableMo
             f"{','.join(map(str, sorted(seeds)))}; - where a cell was not run. The claims table's comparisons are their "
             "differences, paired by seed." + collapse_note(setting, shown))
     title = f"Claim {number}'s cells side by side: {_filled(setting, spec.short or spec.text)}"
-    return TableModel(title, list(spec.cells.columns), rows, note)
+    return TableModel(title, list(spec.cells.columns), rows, note, read_seeds(setting, shown, per_run.index))
 
 
 def claim_cells_tables(setting: Setting) -> list[TableModel]:

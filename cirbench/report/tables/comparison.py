@@ -18,16 +18,16 @@ from cirbench.report.analysis.rankings.leaderboard import MARKS, VERSUS, Judge
 from cirbench.report.analysis.loading.load import Setting
 from cirbench.report.analysis.statistics.significance import difference
 from cirbench.report.analysis.loading.numbers import (
-    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, headline_column, purity_per_run, rate_label,
+    CLAIMS_EPOCH, LAST_EPOCH, ON_VALIDATION, PURITY_COLUMNS, format_mean, format_number, headline_column, purity_per_run, rate_label,
     run_columns, summarize,
 )
-from cirbench.report.tables.model import TOP_NOTE, Cell, TableModel, below_chance_note, collapse_note
+from cirbench.report.tables.model import TOP_NOTE, Cell, TableModel, below_chance_note, collapse_note, read_seeds
 from cirbench.results.roles import BASELINE, PERFECT_FILTER
 
 
 def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
     """Rank 1 for the highest of the higher-is-better ``values`` at display precision (ties share it)."""
-    shown = {m: round(v, 2) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
+    shown = {m: float(format_number(v)) for m, v in values.items() if m not in excluded and v is not None and math.isfinite(v)}
     if len(shown) < 2:
         return {}
     top = max(shown.values())
@@ -35,12 +35,12 @@ def _ranks(values: dict[str, float], excluded: set[str]) -> dict[str, int]:
 
 
 def _ranked_table(
-    title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str,
+    title: str, stats: pd.DataFrame, columns: list[str], setting: Setting, note: str, read: pd.Index,
     unranked: frozenset[str] = frozenset(), kept_sets: bool = False,
 ) -> TableModel:
-    """Rows method within noise rate from :func:`summarize` output, the highest mean marked per
-    column and rate (oracles and ``unranked`` columns never marked); with ``kept_sets`` the
-    rows whose kept set is below chance are marked too."""
+    """Rows method within noise rate from :func:`summarize` output of the runs ``read`` (run ids),
+    the highest mean marked per column and rate (oracles and ``unranked`` columns never marked);
+    with ``kept_sets`` the rows whose kept set is below chance are marked too."""
     rows, shown = [], []
     for rate in sorted(stats.index.get_level_values("noise_rate").unique()):
         block = stats.xs(rate, level="noise_rate")
@@ -58,7 +58,7 @@ def _ranked_table(
             mark = setting.below_chance_mark(method, rate) if kept_sets else ""
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate) + mark, cells))
     note += collapse_note(setting, shown) + (below_chance_note(setting, shown) if kept_sets else "")
-    return TableModel(title, columns, rows, note)
+    return TableModel(title, columns, rows, note, read_seeds(setting, shown, read))
 
 
 def recall_table(setting: Setting) -> TableModel | None:
@@ -73,7 +73,7 @@ def recall_table(setting: Setting) -> TableModel | None:
         f"{ON_VALIDATION.capitalize()} (%) {CLAIMS_EPOCH}, mean ± std over seeds; {TOP_NOTE}; "
         f"{setting.role(PERFECT_FILTER)} rows are not marked."
     )
-    return _ranked_table("Retrieval", stats, columns, setting, note)
+    return _ranked_table("Retrieval", stats, columns, setting, note, per_run.index)
 
 
 def _versus_full(judge: Judge | None, variant: str, full: str, rate: float) -> str:
@@ -106,7 +106,7 @@ def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel |
                 mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
                                 int(block.loc[method, ("n", column)]))
                 diff = mean - full
-                versus = "-" if method == base or not math.isfinite(diff) else f"{diff:+.2f}"
+                versus = "-" if method == base else format_number(diff, sign=True)
                 if versus != "-" and (mark := _versus_full(judge, method, base, rate)):
                     versus = f"{versus} {mark}"
                 cells = [Cell(format_mean(mean, std, n)), Cell(versus)]
@@ -117,7 +117,7 @@ def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel |
     note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over seeds; the difference is to the full "
             "method at the same rate, in percentage points." + marks + " The claims section gives the intervals."
             + collapse_note(setting, cells_shown))
-    return TableModel("Ablations", [column, "vs full"], rows, note)
+    return TableModel("Ablations", [column, "vs full"], rows, note, read_seeds(setting, cells_shown, per_run.index))
 
 
 def gain_table(setting: Setting) -> TableModel | None:
@@ -135,14 +135,14 @@ def gain_table(setting: Setting) -> TableModel | None:
         others = [m for m in setting.methods if m in block.index and m != baseline]
         for i, method in enumerate(others):
             diff = block.loc[method, columns] - block.loc[baseline, columns]
-            cells = [Cell("-" if not math.isfinite(d) else f"{d:+.2f}") for d in diff]
+            cells = [Cell(format_number(d, sign=True)) for d in diff]
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
         shown += [(m, rate) for m in (baseline, *others)]
     if not rows:
         return None
     note = (f"Mean difference to {baseline} in percentage points of {ON_VALIDATION} {CLAIMS_EPOCH}; the leaderboard "
             "and the claims say which differences are more than seed and query noise." + collapse_note(setting, shown))
-    return TableModel(f"Gain over {baseline}", columns, rows, note)
+    return TableModel(f"Gain over {baseline}", columns, rows, note, read_seeds(setting, shown, per_run.index))
 
 
 def purity_table(setting: Setting) -> TableModel | None:
@@ -164,6 +164,6 @@ def purity_table(setting: Setting) -> TableModel | None:
         f"{TOP_NOTE} (Kept is not marked)."
     )
     return _ranked_table(
-        "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note,
+        "Kept-set purity and noise detection", stats, list(per_run.columns), setting, note, per_run.index,
         unranked=frozenset({PURITY_COLUMNS["kept"]}), kept_sets=True,
     )

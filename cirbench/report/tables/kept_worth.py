@@ -11,9 +11,9 @@ from cirbench.report.analysis.rankings.kept_worth import KeptWorth
 from cirbench.report.analysis.rankings.leaderboard import BETTER, MARKS, UNSEPARATED, VERSUS, WORSE
 from cirbench.report.analysis.statistics.significance import DEFAULT_MARGIN, EQUIVALENT
 from cirbench.report.analysis.loading.load import COLLAPSE_MARK
-from cirbench.report.analysis.loading.numbers import format_mean, rate_label
+from cirbench.report.analysis.loading.numbers import format_mean, format_number, rate_label
 from cirbench.report.analysis.statistics.significance import half_width_text
-from cirbench.report.tables.model import Cell, TableModel
+from cirbench.report.tables.model import Cell, TableModel, seeds_by_row
 
 DECOMPOSITION_TITLE = "What a kept set is worth: filter and other terms"
 NOISE_TYPES_TITLE = "What each noise type costs the baseline"
@@ -30,7 +30,7 @@ def points_text(check: Check | None) -> str:
     if check is None or check.comparison is None or not math.isfinite(check.comparison.mean):
         return "-"
     smallest = half_width_text(check.half_width) if check.half_width is not None else ""
-    return " ".join(part for part in (f"{check.comparison.mean * 100:+.2f}", smallest, _mark(check)) if part)
+    return " ".join(part for part in (format_number(check.comparison.mean * 100, sign=True), smallest, _mark(check)) if part)
 
 
 SMALLEST = ("± the smallest difference the comparison can decide at its seeds and queries: the half-width of the wider "
@@ -47,7 +47,7 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
                f"left on the table: {perfect} - replay"]
     rows, last = [], None
     for split in worth.splits:
-        cells = [Cell(f"{split.purity:.1f}" if math.isfinite(split.purity) else "-")]
+        cells = [Cell(format_number(split.purity, 1))]
         cells += [Cell(points_text(c)) for c in (split.total, split.filter, split.other, split.left)]
         rows.append((rate_label(split.rate) if split.rate != last else "", worth.setting.label(split.method), cells))
         last = split.rate
@@ -67,7 +67,13 @@ def decomposition_table(worth: KeptWorth) -> TableModel | None:
             f"{MARKS[UNSEPARATED]} undecided; {COLLAPSE_MARK} a cell read collapsed; {SMALLEST}. A replay "
             f"trains `{base}`'s loss: 'other terms' is every difference of the method's training beyond the rows it kept "
             "(its loss terms, what it does with the dropped rows, its hyperparameters, its own model's trajectory)." + stale)
-    return TableModel(DECOMPOSITION_TITLE, columns, rows, note)
+    seeds = seeds_by_row({(s.method, s.rate): _check_seeds(s.total, s.filter, s.other, s.left) for s in worth.splits})
+    return TableModel(DECOMPOSITION_TITLE, columns, rows, note, seeds)
+
+
+def _check_seeds(*checks: Check | None) -> set[int]:
+    """The seeds the comparisons of ``checks`` read."""
+    return {int(s) for c in checks if c is not None and c.comparison is not None for s in c.comparison.seeds}
 
 
 def noise_type_table(worth: KeptWorth) -> TableModel | None:
@@ -80,7 +86,7 @@ def noise_type_table(worth: KeptWorth) -> TableModel | None:
     rows, last = [], None
     for cost in worth.costs:
         cells = [Cell(format_mean(*cost.headline)), Cell(points_text(cost.cost))]
-        cells += [Cell(f"{cost.caught[m]:.1f}" if m in cost.caught else "-") for m in methods]
+        cells += [Cell(format_number(cost.caught[m], 1) if m in cost.caught else "-") for m in methods]
         rows.append((rate_label(cost.rate) if cost.rate != last else "", cost.label, cells))
         last = cost.rate
     note = (f"A noise type's cell: `{worth.baseline}`'s loss trained as the perfect filter trains, on every clean triplet "
@@ -88,4 +94,4 @@ def noise_type_table(worth: KeptWorth) -> TableModel | None:
             f"baseline, in points (below 0: it costs), by the claims' paired rule and marks ({SMALLEST}); caught: the share of that "
             "type's noisy triplets each method did not keep, at the epoch the claims read (0 in a warm-up epoch, which "
             f"keeps every row). {worth.metric} mean ± std over seeds, each run at its best held-out epoch.")
-    return TableModel(NOISE_TYPES_TITLE, columns, rows, note)
+    return TableModel(NOISE_TYPES_TITLE, columns, rows, note, seeds_by_row({(c.label, c.rate): c.seeds for c in worth.costs}))

@@ -15,9 +15,9 @@ import math
 import pandas as pd
 
 from cirbench.report.analysis.loading.load import Setting
-from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, rate_label, run_columns, summarize, validation_split
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, format_number, rate_label, run_columns, summarize, validation_split
 from cirbench.report.analysis.verdicts.published import METRICS, load_published
-from cirbench.report.tables.model import Cell, TableModel, collapse_note
+from cirbench.report.tables.model import Cell, TableModel, collapse_note, read_seeds
 
 
 def dataset_family(dataset: str) -> str:
@@ -26,10 +26,7 @@ def dataset_family(dataset: str) -> str:
 
 
 def _cells(values: pd.Series, columns: list[str], sign: bool = False) -> list[Cell]:
-    def text(v: float) -> str:
-        return "-" if not math.isfinite(v) else f"{v:+.2f}" if sign else f"{v:.2f}"
-
-    return [Cell(text(float(values.get(c, math.nan)))) for c in columns]
+    return [Cell(format_number(float(values.get(c, math.nan)), sign=sign)) for c in columns]
 
 
 def _comparability(ref: pd.Series, split: str | None, protocols: set[str]) -> str:
@@ -93,4 +90,5 @@ def reproduction_table(setting: Setting, published: pd.DataFrame | None = None) 
         f"(protocol {', '.join(sorted(protocols)) or 'unknown'}, backbone {setting.backbone}; ConeSep and HUG "
         "train on BLIP-2); gap = measured - published, in points. " + " ".join(notes) + collapse_note(setting, measured)
     )
-    return TableModel("Published numbers and the reproduction gap", columns, rows, note)
+    return TableModel("Published numbers and the reproduction gap", columns, rows, note,
+                      read_seeds(setting, measured, per_run.index))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from cirbench.report.analysis.loading.load import Setting
-from cirbench.report.analysis.loading.numbers import ON_VALIDATION, format_mean, rate_label, seed_stats, validation_metrics
-from cirbench.report.tables.model import Cell, TableModel, collapse_note
+from cirbench.report.analysis.loading.numbers import ON_VALIDATION, format_mean, format_number, rate_label, seed_stats, validation_metrics
+from cirbench.report.tables.model import Cell, TableModel, collapse_note, read_seeds
 from cirbench.results.selection import RULES
 
 RULE_LABELS: dict[str, str] = {"final": "final", "holdout": "holdout", "val_peek": "val_peek (optimistic)"}
@@ -36,7 +36,7 @@ def selection_table(setting: Setting) -> TableModel | None:
                 cells.append(Cell(format_mean(mean, std, int(n))))
             for column in ("peek_vs_holdout", "peek_vs_final"):
                 mean = float(block.loc[method, ("mean", column)])
-                cells.append(Cell(f"{mean:+.2f}" if math.isfinite(mean) else "-"))
+                cells.append(Cell(format_number(mean, sign=True)))
             rows.append((rate_label(rate) if i == 0 else "", setting.label(method, rate), cells))
             shown.append((method, rate))
     if not rows:
@@ -55,4 +55,4 @@ def selection_table(setting: Setting) -> TableModel | None:
         + collapse_note(setting, shown)
     )
     columns = [*(RULE_LABELS[r] for r in RULES), "val_peek - holdout", "val_peek - final"]
-    return TableModel("Model selection", columns, rows, note)
+    return TableModel("Model selection", columns, rows, note, read_seeds(setting, shown, keyed.index))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from cirbench.report.analysis.loading.load import Setting
-from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, rate_label
+from cirbench.report.analysis.loading.numbers import CLAIMS_EPOCH, ON_VALIDATION, format_mean, format_number, rate_label
 from cirbench.report.analysis.rankings.tuned import sweep_runs, trial_selection
-from cirbench.report.tables.model import Cell, TableModel
+from cirbench.report.tables.model import Cell, TableModel, seeds_by_row
 
 __all__ = ["sweep_runs", "trial_selection", "tuned_table"]
 
@@ -33,7 +33,7 @@ def tuned_table(setting: Setting) -> TableModel | None:
             picks = "; ".join(f"s{int(r.seed)}: trial {r.trial} ({r.changed})" for r in group.itertuples(index=False))
             cells = [Cell(format_mean(float(group.default.mean()), float(group.default.std(ddof=1)), n)),
                      Cell(format_mean(float(group.tuned.mean()), float(group.tuned.std(ddof=1)), n)),
-                     Cell(f"{gain:+.2f}" if math.isfinite(gain) else "-"), Cell(picks)]
+                     Cell(format_number(gain, sign=True)), Cell(picks)]
             rows.append((rate_label(float(rate)) if i == 0 else "", method, cells))
     trials = selected.groupby("method").size()
     runs = sweep_runs(setting)
@@ -47,5 +47,6 @@ def tuned_table(setting: Setting) -> TableModel | None:
             f"Each trial is read {CLAIMS_EPOCH}; per method, rate and seed the trial with the best held-out headline is "
             f"kept. Validation headline (%, {ON_VALIDATION}), {spread}; the gain is in percentage points; the picks name "
             "what each changed.")
-    title = "Tuned (equal budget, holdout selection" + (f", seed {seeds[0]} only)" if len(seeds) == 1 else ")")
-    return TableModel(title, ["defaults (trial 0)", "tuned", "gain", "selected"], rows, note)
+    read = seeds_by_row({(m, r): group.seed for (m, r), group in selected.groupby(["method", "noise_rate"])})
+    return TableModel("Tuned (equal budget, holdout selection)", ["defaults (trial 0)", "tuned", "gain", "selected"], rows,
+                      note, read)

@@ -1,7 +1,7 @@
 """The numbers every room of the report reads a setting by: each run's final-epoch recall
 columns (:func:`run_columns`) and their mean, std and seed count per cell (:func:`summarize`),
-each run's kept-set quality (:func:`purity_per_run`), the one formatter of the numbers a reader compares, and the
-words that say which epoch a number is read at and how a rate and a mean are printed."""
+each run's kept-set quality (:func:`purity_per_run`), the one rule every printed number is rounded by
+(:func:`~cirbench.results.metrics.format_number`), and the words that say which epoch a number is read at and how a rate and a mean are printed."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from cirbench.report.analysis.loading.load import Setting, final_epoch
 from cirbench.results.headline import (  # noqa: F401  (re-exported: the report's modules read them from here)
     CIRR_AVG, FIQ_AVG, headline_column, metric_groups, wide_columns,
 )
+from cirbench.results.metrics import STORED_PLACES, format_number  # noqa: F401  (re-exported: the one rounding rule)
 
 
 CLAIMS_EPOCH = "at each run's held-out-selected epoch (the claims' rule)"
@@ -66,23 +67,21 @@ def seed_stats(grouped) -> pd.DataFrame:
 
 def format_points(difference: float) -> str:
     """A difference in percentage points, signed, as every line, table and figure label that
-    compares two numbers prints it: ``1.63`` -> ``+1.6`` (``-`` without a value)."""
-    return f"{difference:+.1f}" if math.isfinite(difference) else "-"
+    compares two numbers prints it: ``1.65`` -> ``+1.7`` (``-`` without a value)."""
+    return format_number(difference, 1, sign=True)
 
 
 def format_percent(value: float) -> str:
     """A share or purity already in percent as every table, line and figure label prints it:
-    ``42.85`` -> ``42.9`` (rounded half away from zero, so a number never reads two ways)."""
-    if not math.isfinite(value):
-        return "-"
-    return f"{math.copysign(math.floor(abs(value) * 10 + 0.5) / 10, value):.1f}"
+    ``42.85`` -> ``42.9`` (``-`` without a value)."""
+    return format_number(value, 1)
 
 
 def format_mean(mean: float, std: float, n: int) -> str:
     """A table cell's ``mean ± std`` over ``n`` seeds (the mean alone without a spread; ``-`` without a mean)."""
     if not math.isfinite(mean):
         return "-"
-    return f"{mean:.2f} ± {std:.2f}" if n >= 2 and math.isfinite(std) else f"{mean:.2f}"
+    return f"{format_number(mean)} ± {format_number(std)}" if n >= 2 and math.isfinite(std) else format_number(mean)
 
 
 PURITY_COLUMNS: dict[str, str] = {

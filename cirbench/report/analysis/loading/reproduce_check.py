@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from cirbench.report.analysis.loading.cells import CellsTableError, long_metrics, read_final_metrics
+from cirbench.report.analysis.loading.numbers import format_number
 from cirbench.results.store import ResultsStore
 
 
@@ -149,7 +150,8 @@ def verdict_lines(verdicts: list[Verdict]) -> list[str]:
              f"{'reproduced':>10} {'diff':>8} {'allowed':>8}  verdict"
     lines = [header]
     for v in verdicts:
-        spread = f"{v.mean:.4f}±{v.std:.4f} ({v.n_seeds})"
-        lines.append(f"{v.method:<10} {v.noise_rate:>5g} {v.seed:>4} {v.metric:<16} {v.reference:>9.4f} {spread:>20} "
-                     f"{v.reproduced:>10.4f} {v.difference:>+8.4f} {v.allowed:>8.4f}  {'ok' if v.within else 'OUTSIDE'}")
+        spread = f"{format_number(v.mean, 4)}±{format_number(v.std, 4)} ({v.n_seeds})"
+        lines.append(f"{v.method:<10} {v.noise_rate:>5g} {v.seed:>4} {v.metric:<16} {format_number(v.reference, 4):>9} "
+                     f"{spread:>20} {format_number(v.reproduced, 4):>10} {format_number(v.difference, 4, sign=True):>8} "
+                     f"{format_number(v.allowed, 4):>8}  {'ok' if v.within else 'OUTSIDE'}")
     return lines

@@ -12,7 +12,7 @@ from cirbench.report.analysis.rankings.leaderboard import (
     ANSWERS, BEST, BETTER, DEFAULT_BOARD, MARKS, PERFECT_FILTER, TUNED_BOARD, WORSE, LeaderCell, Leaderboard, LeaderRow,
 )
 from cirbench.report.analysis.loading.load import BELOW_CHANCE_MARK, COLLAPSE_MARK, Setting, final_epoch
-from cirbench.report.analysis.loading.numbers import LAST_EPOCH, flagged_shares, format_percent, format_points, rate_label
+from cirbench.report.analysis.loading.numbers import LAST_EPOCH, flagged_shares, format_number, format_percent, format_points, rate_label
 
 
 def _named(row: LeaderRow, cell: LeaderCell, gain: float | None = None) -> str:
@@ -109,9 +109,9 @@ def _misses(setting: Setting) -> list[str]:
         parts = []
         for rate in sorted(means.index.get_level_values(0).unique()):
             block = means.xs(rate)
-            shown = f"{100 * block.min():.0f}%" if value == "noise_recall" else f"{100 * block.min():.0f}"
+            shown = format_number(100 * block.min(), 0) + ("%" if value == "noise_recall" else "")
             if value == "noise_recall" and method in flagged.get(float(rate), {}):
-                shown += f" of them, flags {100 * flagged[float(rate)][method]:.0f}% of all samples"
+                shown += f" of them, flags {format_number(100 * flagged[float(rate)][method], 0)}% of all samples"
             parts.append(f"{rate_label(rate)}{setting.collapse_mark(method, rate)}: {block.idxmin()} ({what} {shown})")
         lines.append(f"{method} misses most ({LAST_EPOCH}): " + "; ".join(parts) + ".")
     return lines

@@ -82,6 +82,8 @@ class TypeCost:
     cost: Check | None
     caught: dict[str, float] = field(default_factory=dict)
     """Method -> share (percent) of this type's noisy triplets it did not keep, mean over seeds."""
+    seeds: tuple[int, ...] = ()
+    """The seeds its cell is read on."""
 
 
 @dataclass
@@ -269,7 +271,7 @@ def _costs(worth: KeptWorth, judge: Judge, caught: pd.DataFrame) -> list[TypeCos
         values = group.metric.astype(float)
         std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
         costs.append(TypeCost(float(rate), kind, _type_words(worth.setting, kind), (float(values.mean()), std, len(values)),
-                              cost, by_method))
+                              cost, by_method, tuple(sorted({int(s) for s in group.seed}))))
     order = {kind: i for i, kind in enumerate(worth.setting.noise_types)}  # the protocol's order, as the purity table's
     return sorted(costs, key=lambda c: (c.rate, order.get(c.noise_type, len(order)), c.noise_type))
 

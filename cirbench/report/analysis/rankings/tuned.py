@@ -22,7 +22,7 @@ import pandas as pd
 from cirbench.report.analysis.statistics.bootstrap import N_RESAMPLES
 from cirbench.report.analysis.rankings.leaderboard import ANSWERS, BETTER, TUNED_BOARD, WORSE, Leaderboard, build_leaderboard
 from cirbench.report.analysis.loading.load import Setting, sweep_seeds
-from cirbench.report.analysis.loading.numbers import rate_label
+from cirbench.report.analysis.loading.numbers import format_number, rate_label
 from cirbench.results.labels import TRIAL_LABEL, trial_label
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import headline_by_epoch
@@ -85,7 +85,7 @@ def _changed(config: str, default: str | None) -> str:
     if default is None:
         return "?"
     mine, base = json.loads(config), json.loads(default)
-    diff = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(mine.items()) if base.get(k) != v]
+    diff = [f"{k}={format_number(v, digits=3)}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(mine.items()) if base.get(k) != v]
     return ", ".join(diff) or "defaults"
 
 

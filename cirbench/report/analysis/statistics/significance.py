@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from cirbench.report.analysis.loading.numbers import format_number
 from cirbench.results.chance import KEPT_SET_ALPHA, KeptSetTest, kept_set_test  # noqa: F401  (re-exported)
 
 HOLDS, DOES_NOT_HOLD, UNDECIDED, NOT_RUN = "holds", "does not hold", "undecided", "not run"
@@ -138,7 +139,7 @@ def half_width_text(value: float | None) -> str:
 def to_points(value: float) -> str:
     """A difference of fractions in signed percentage points: ``0.0523`` -> ``+5.2``; two decimals below a tenth of a point."""
     points = 100 * value
-    return f"{points:+.2f}" if 0 < abs(points) < 0.1 else f"{points:+.1f}"
+    return format_number(points, 2 if 0 < abs(points) < 0.1 else 1, sign=True)
 
 
 def _interval(interval: Interval) -> str:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from cirbench.settings.defaults import CALIBRATION_RATES, HOSTED_RATE
 from cirbench.report.analysis.loading.load import Setting, final_epoch, load_results
+from cirbench.report.analysis.loading.numbers import format_number, rate_label
 from cirbench.report.analysis.verdicts.room import PUBLISHED, paper_range, paper_shares, room_line, room_to_win
 from cirbench.results.headline import headline_rows
 from cirbench.results.labels import TEXT_BLIND_ROW, ZERO_SHOT_ROW
@@ -139,10 +140,12 @@ def _gentle(setting: Setting, metric: str) -> Check:
     drop = max(drops) if drops else float("nan")
     slack = min([low - floor for low in lows.values()] + [GENTLE_DROP - drop])
     label = metric_label(metric)
-    detail = ", ".join(f"{perfect} at {r:.0%}: lowest epoch {low:.3f} vs start {start:.3f}" for r, low in lows.items())
-    detail += (f" (floor {floor:.3f}: {GENTLE_RESOLUTION:g} x SE {error:.4f} over {n_queries} queries)" if n_queries
+    detail = ", ".join(f"{perfect} at {rate_label(r)}: lowest epoch {format_number(low, 3)} vs start "
+                       f"{format_number(start, 3)}" for r, low in lows.items())
+    detail += (f" (floor {format_number(floor, 3)}: {GENTLE_RESOLUTION:g} x SE {format_number(error, 4)} over "
+               f"{n_queries} queries)" if n_queries
                else " (no per-query ranks of the start: floor = start)")
-    detail += f"; {base} at 0%: largest drop between epochs {drop:.3f} (at most {GENTLE_DROP:g})"
+    detail += f"; {base} at 0%: largest drop between epochs {format_number(drop, 3)} (at most {GENTLE_DROP:g})"
     figure = (f"worst slack: {perfect} epoch {label} - ({ZERO_SHOT_ROW} - {GENTLE_RESOLUTION:g} SE), "
               f"{GENTLE_DROP:g} - {base} 0% drop")
     return _check("gentle", figure, slack, 0.0, None, detail,
@@ -198,13 +201,14 @@ def _hard_noise(setting: Setting) -> list[Check]:
     (their mean AUROC), each with its values per seed."""
     base = setting.role(BASELINE)
     at = _last_epoch_auroc(setting, HARD_RATE)
-    where = f"{base} per-sample loss AUROC at {HARD_RATE:.0%}, last epoch"
+    where = f"{base} per-sample loss AUROC at {rate_label(HARD_RATE)}, last epoch"
 
     def values(kind: str) -> tuple[float, str]:
         if kind not in at.columns or not at[kind].notna().any():
             return float("nan"), f"{kind}: not recorded"
         per_seed = at[kind].dropna()
-        return float(per_seed.mean()), f"{kind} {per_seed.mean():.3f} (per seed {', '.join(f'{v:.3f}' for v in per_seed)})"
+        each = ", ".join(format_number(v, 3) for v in per_seed)
+        return float(per_seed.mean()), f"{kind} {format_number(per_seed.mean(), 3)} (per seed {each})"
 
     easy = [values(kind) for kind in EASY_NOISE]
     hard, hard_detail = values(HARD_NOISE)
@@ -236,16 +240,16 @@ def calibration_checks(setting: Setting, metric: str = RECALL) -> list[Check]:
     spreads = {rate: float(v.std(ddof=1)) for rate, v in baseline.items() if len(v) >= 2}
     worst = max(spreads.values()) if spreads else float("nan")
     checks.append(_check("stable over seeds", f"largest seed std of {base} {label}", worst, None, 0.03,
-                         ", ".join(f"{r:g}: {s:.3f}" for r, s in spreads.items()) or "needs two or more seeds",
+                         ", ".join(f"{r:g}: {format_number(s, 3)}" for r, s in spreads.items()) or "needs two or more seeds",
                          measurable=bool(spreads)))
     for rate, low in ((0.5, 0.0), (0.8, 0.05)):
         gap = (filtered[rate] - baseline[rate]).dropna()
-        checks.append(_check(f"something to win at {rate:.0%}", f"{perfect} - {base} {label} at {rate:.0%}, worst seed",
+        checks.append(_check(f"something to win at {rate_label(rate)}", f"{perfect} - {base} {label} at {rate_label(rate)}, worst seed",
                              float(gap.min()) if len(gap) else float("nan"), low, None,
-                             "per seed: " + ", ".join(f"{g:+.3f}" for g in gap) if len(gap) else "not run", strict=low == 0.0))
+                             "per seed: " + ", ".join(format_number(g, 3, sign=True) for g in gap) if len(gap) else "not run", strict=low == 0.0))
     auroc, per_type = _premise(setting)
-    checks.append(_check("small-loss premise", f"{base} per-sample loss AUROC at {PREMISE_RATE:.0%}, epoch {PREMISE_EPOCH + 1}",
-                         auroc, 0.7, None, ", ".join(f"{k} {v:.3f}" for k, v in sorted(per_type.items()))))
+    checks.append(_check("small-loss premise", f"{base} per-sample loss AUROC at {rate_label(PREMISE_RATE)}, epoch {PREMISE_EPOCH + 1}",
+                         auroc, 0.7, None, ", ".join(f"{k} {format_number(v, 3)}" for k, v in sorted(per_type.items()))))
     checks += _hard_noise(setting)
     checks.append(_gentle(setting, metric))
     room = _room(setting, baseline, filtered, label)
@@ -284,8 +288,9 @@ def _hosted_learn(setting: Setting, clean: pd.Series, metric: str) -> Check:
                       "hosted methods not run at 0% (cirbench calibrate runs them unless --no-hosted)", measurable=False)
     worst = min(shares.values())
     below_start = [name for name, v in hosted.items() if not float(v.mean()) > start]
-    detail = ", ".join(f"{name} {shares[name]:.2f} ({float(hosted[name].mean()):.3f})" for name in sorted(shares))
-    detail += f"; {base} {reference:.3f}, {ZERO_SHOT_ROW} {start:.3f}"
+    detail = ", ".join(f"{name} {format_number(shares[name], 2)} ({format_number(float(hosted[name].mean()), 3)})"
+                       for name in sorted(shares))
+    detail += f"; {base} {format_number(reference, 3)}, {ZERO_SHOT_ROW} {format_number(start, 3)}"
     if below_start:
         detail += f"; at or below {ZERO_SHOT_ROW}: {', '.join(below_start)}"
     check = _check("every hosted method learns", figure, worst, HOSTED_SHARE, None, detail)
@@ -306,7 +311,7 @@ def _fine_tuning_matters(setting: Setting, clean: pd.Series, metric: str) -> Che
     r1 = _reference(setting, ZERO_SHOT_ROW, "recall@1") / float(r1_clean.mean()) if len(r1_clean) else float("nan")
     low, high = FINE_TUNE_RATIO
     check = _check("fine-tuning matters", f"{ZERO_SHOT_ROW} {label} / {base} {label} at 0% (and R@1)", ratio, low, high,
-                   f"R@1 ratio {r1:.3f} (<= {FINE_TUNE_R1_HIGH:g})")
+                   f"R@1 ratio {format_number(r1, 3)} (<= {FINE_TUNE_R1_HIGH:g})")
     if check.passed and math.isfinite(r1):
         check = replace(check, passed=r1 <= FINE_TUNE_R1_HIGH + 1e-12)
     return check
@@ -320,7 +325,7 @@ def _gains(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[fl
     parts = []
     for rate, share in ((0.8, "a fifth"), (0.5, "a half")):
         kept = float(filtered[rate].mean()) if len(filtered.get(rate, ())) else float("nan")
-        parts.append(f"gain at {share} {(kept - start) / (clean - start):.2f}")
+        parts.append(f"gain at {share} {format_number((kept - start) / (clean - start), 2)}")
     return ", ".join(parts)
 
 
@@ -337,17 +342,18 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
     parts, ok = [], True
     for rate, room in rooms.items():
         if room is None:
-            parts.append(f"{rate:.0%}: not run")
+            parts.append(f"{rate_label(rate)}: not run")
             continue
         floor = floors.get(rate, 0.0)
         meets = room.share >= ROOM_SHARE[rate] and min(room.shares.values()) >= floor
         if rate == 0.8:
             meets = meets and room.gap >= ROOM_GAP
         ok = ok and meets
-        parts.append(f"{rate:.0%}: share per seed {', '.join(f'{v:.2f}' for v in room.shares.values())} "
-                     f"(mean {room.share:.2f}, target >= {ROOM_SHARE[rate]:g}, each >= {floor:.2f}), "
-                     f"gap {room.gap:+.3f}{f' (>= {ROOM_GAP:g})' if rate == 0.8 else ''}, "
-                     f"{perfect} / {base} at 0% {room.learning_curve:.2f}; papers: {paper_range(rate, fractions=True)}")
+        each = ", ".join(format_number(v, 2) for v in room.shares.values())
+        parts.append(f"{rate_label(rate)}: share per seed {each} "
+                     f"(mean {format_number(room.share, 2)}, target >= {ROOM_SHARE[rate]:g}, each >= {format_number(floor, 2)}), "
+                     f"gap {format_number(room.gap, 3, sign=True)}{f' (>= {ROOM_GAP:g})' if rate == 0.8 else ''}, "
+                     f"{perfect} / {base} at 0% {format_number(room.learning_curve, 2)}; papers: {paper_range(rate, fractions=True)}")
     measurable = all(room is not None for room in rooms.values())
     value = rooms[0.8].share if rooms[0.8] is not None else float("nan")
     return Check("room to win", f"share of {base}'s {label} loss the {perfect} wins back at 80% (and 50%, gap)", value,
@@ -382,10 +388,11 @@ def parity_lines(setting: Setting, metric: str = RECALL) -> list[str]:
         value = float(values.mean()) if len(values) else float("nan")
         if not math.isfinite(value) or (value / reference >= HOSTED_SHARE and not value <= start):
             continue
-        below = f", below `{ZERO_SHOT_ROW}` ({100 * start:.1f}%)" if value <= start else ""
-        lines.append(f"clean parity: `{name}` reaches {100 * value / reference:.0f}% of `{base}`'s {label} at 0% noise "
-                     f"({100 * value:.1f}% against {100 * reference:.1f}%{below}; the calibration's target is "
-                     f"{100 * HOSTED_SHARE:.0f}%): "
+        below = f", below `{ZERO_SHOT_ROW}` ({format_number(100 * start, 1)}%)" if value <= start else ""
+        lines.append(f"clean parity: `{name}` reaches {format_number(100 * value / reference, 0)}% of `{base}`'s {label} at "
+                     f"0% noise ({format_number(100 * value, 1)}% against {format_number(100 * reference, 1)}%{below}; the "
+                     "calibration's target is "
+                     f"{format_number(100 * HOSTED_SHARE, 0)}%): "
                      f"it does not learn the clean task here as the papers' methods do, so its results under noise "
                      f"measure that before its robustness (docs/benchmark.md)")
     return lines
@@ -405,5 +412,5 @@ def run_calibration_checks(results: Path, dataset: str, backbone: str, noise_pro
 def checks_markdown(checks: list[Check]) -> str:
     """The checks as a Markdown table: check, figure, value, target, verdict, detail."""
     lines = ["| check | figure | value | target | verdict | detail |", "|:--|:--|--:|--:|:--|:--|"]
-    lines += [f"| {c.name} | {c.figure} | {c.value:.3f} | {c.target} | {c.verdict} | {c.detail} |" for c in checks]
+    lines += [f"| {c.name} | {c.figure} | {format_number(c.value, 3)} | {c.target} | {c.verdict} | {c.detail} |" for c in checks]
     return "\n".join(lines)

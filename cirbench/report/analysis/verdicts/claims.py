@@ -33,7 +33,7 @@ import pandas as pd
 from cirbench.report.analysis.statistics.bootstrap import N_RESAMPLES, QueryBootstrap, SampleBootstrap, rank_terms
 from cirbench.report.analysis.verdicts.claim_files import ALL, METRICS, NOISY, CheckSpec, ClaimSpec, all_claims
 from cirbench.report.analysis.loading.load import Setting, final_epoch
-from cirbench.report.analysis.loading.numbers import headline_column, rate_label, run_columns
+from cirbench.report.analysis.loading.numbers import format_number, headline_column, rate_label, run_columns
 from cirbench.report.analysis.loading.selection import describe_rule, rule_view
 from cirbench.report.analysis.statistics.significance import (
     EQUIVALENT, NOT_RUN, UNDECIDED, VERDICTS, Comparison, KeptSetTest, Term, cell_runs, combine_verdicts, difference,
@@ -339,7 +339,7 @@ def kept_set_check(setting: Setting, method: str, rate: float) -> Check:
     for row in rows.sort_values("seed").itertuples(index=False):
         test = kept_set_test(int(row.n_samples), int(row.n_samples - row.n_noisy), int(row.n_selected), int(row.n_selected_clean))
         tests.append(test)
-        parts.append(f"seed {row.seed}: {100 * test.purity:.1f}% clean vs {100 * test.chance:.1f}% by chance "
+        parts.append(f"seed {row.seed}: {format_number(100 * test.purity, 1)}% clean vs {format_number(100 * test.chance, 1)}% by chance "
                      f"({p_value(test.p_cleaner)})")
     if len(tests) < 2:  # as for the intervals: one seed is never a verdict
         check = Check(label, UNDECIDED, "; ".join(parts + ["one seed"]), unit="purity", kept_sets=tuple(tests))
@@ -355,7 +355,7 @@ P_FLOOR = 1e-4
 
 def p_value(p: float) -> str:
     """A p-value as the report prints it: ``p=0.003``, or ``p < 1e-4`` below :data:`P_FLOOR`."""
-    return "p < 1e-4" if p < P_FLOOR else f"p={p:.1g}"
+    return "p < 1e-4" if p < P_FLOOR else f"p={format_number(p, digits=1)}"
 
 
 def paper_claims(setting: Setting, n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Claim]:
@@ -445,8 +445,8 @@ def answer_text(check: Check) -> str:
         return ""
     margin = check.comparison.margin
     if check.answer == EQUIVALENT and margin is not None:
-        points = round(100 * margin, 6)
-        return f"answer: {EQUIVALENT} within ±{points:g} point{'s' * (points != 1)}"
+        points = format_number(100 * margin, digits=6)
+        return f"answer: {EQUIVALENT} within ±{points} point{'s' * (points != '1')}"
     return f"answer: {check.answer}"
 
 

@@ -23,6 +23,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from cirbench.report.analysis.loading.numbers import format_number, rate_label
 from cirbench.report.analysis.verdicts.claim_files import read_published
 from cirbench.report.analysis.verdicts.published import load_published
 
@@ -53,12 +54,12 @@ class PaperShare:
 
 def percent(share: float) -> str:
     """A share as the report prints it, in percent: ``0.861`` -> ``86%``."""
-    return f"{100 * share:.0f}%"
+    return f"{format_number(100 * share, 0)}%"
 
 
 def points(difference: float) -> str:
     """A difference of recalls (fractions) in percentage points, signed: ``0.113`` -> ``+11.3``."""
-    return f"{100 * difference:+.1f}"
+    return format_number(100 * difference, 1, sign=True)
 
 
 def won_back(clean: float, noisy: float, method: float) -> float:
@@ -110,7 +111,8 @@ def paper_range(rate: float, shares: list[PaperShare] | None = None, fractions: 
             low, high = min(s.share for s in here), max(s.share for s in here)
             gain_low, gain_high = min(s.gain for s in here), max(s.gain for s in here)
             name = "FashionIQ" if dataset == "fashioniq" else "CIRR"
-            span = (f"{low:.2f}-{high:.2f} (gain {gain_low:+.2f} to {gain_high:+.2f}" if fractions else
+            span = (f"{format_number(low)}-{format_number(high)} (gain {format_number(gain_low, sign=True)} to "
+                    f"{format_number(gain_high, sign=True)}" if fractions else
                     f"{percent(low)}-{percent(high)} (gain {points(gain_low)} to {points(gain_high)} points")
             parts.append(f"{name} {span}, "
                          f"{', '.join(s.method for s in sorted(here, key=lambda s: s.share))})")
@@ -162,6 +164,6 @@ def room_line(room: RoomToWin, label: str = "R@10", baseline: str | None = None)
     seeds = ", ".join(percent(v) for v in room.shares.values())
     papers = paper_range(room.rate)
     baseline = baseline or PUBLISHED.baseline
-    text = (f"{room.rate:.0%} noise: the perfect filter wins back {percent(room.share)} of `{baseline}`'s {label} loss "
+    text = (f"{rate_label(room.rate)} noise: the perfect filter wins back {percent(room.share)} of `{baseline}`'s {label} loss "
             f"(per seed {seeds}), a gap of {points(room.gap)} points")
     return text + (f"; the papers' robust methods win back {papers}" if papers else "; no paper reports this rate")
