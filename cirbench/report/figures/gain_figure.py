@@ -23,6 +23,7 @@ from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, s
 from cirbench.report.figures.palette import answer_colour, method_styles
 from cirbench.results.roles import BASELINE
 from cirbench.results.selection import DEFAULT_RULE
+from cirbench.results.metrics import format_number
 
 CAP_STYLE: dict = {"color": "black", "linestyle": "--", "linewidth": 2.0}
 OUTLIER = 1.5
@@ -141,7 +142,7 @@ def gain_figure(setting: Setting, out: Path, rule: str = DEFAULT_RULE, board: Le
     handles = [Patch(color=styles[m]["color"], label=setting.label(m)) for m in methods]
     handles += [Line2D([], [], **CAP_STYLE, label="the perfect filter's gain (the cap)")] if oracles else []
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
-    cap_text = "; ".join(f"{c} at {rate_label(r)}: {v:+.1f}" for c, found in caps.items() for r, v in found.items())
+    cap_text = "; ".join(f"{c} at {rate_label(r)}: {format_number(v, 1, sign=True)}" for c, found in caps.items() for r, v in found.items())
     alt = (f"Bar chart of each method's gain over {baseline} in {' and '.join(panels)} (percentage points) at noise "
            f"rates {', '.join(rate_label(r) for r in next(iter(panels.values())).index)}, one bar per method"
            + (f"; a dashed black line per rate marks the perfect filter's gain ({cap_text})" if cap_text else "")

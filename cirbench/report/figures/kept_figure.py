@@ -22,6 +22,7 @@ from cirbench.report.figures.figure_file import DPI, FigureFile, figure_title, s
 from cirbench.report.figures.labels import PointLabel, place_labels
 from cirbench.report.figures.palette import ORACLE_STYLE, method_styles
 from cirbench.results.labels import FRONTIER, NOISE_TYPE, REPLAY
+from cirbench.results.metrics import format_number
 
 FRONTIER_KINDS = (BASELINE_POINT, FRONTIER, PERFECT_POINT)
 NOISE_TYPE_STYLE: dict = {"color": "0.45", "marker": "D", "markersize": 5, "linestyle": "none"}
@@ -177,7 +178,7 @@ def _alt(worth: KeptWorth, points: pd.DataFrame, rates: list[float]) -> str:
     for rate in rates:
         here = points[points.noise_rate == rate].groupby(["kind", "method"])[["purity", "metric"]].mean()
         marked = lambda kind, method: worth.setting.label(method) if kind in (METHOD_POINT, REPLAY) else method  # noqa: E731
-        words = [f"{_words(kind, marked(kind, method))} {p:.0f}% pure: {m:.1f}" for (kind, method), (p, m) in here.iterrows()
+        words = [f"{_words(kind, marked(kind, method))} {format_number(p, 0)}% pure: {format_number(m, 1)}" for (kind, method), (p, m) in here.iterrows()
                  if kind != NOISE_TYPE]
         parts.append(f"at {rate_label(rate)}: " + "; ".join(words))
     return (f"Scatter of {worth.metric} and {worth.recall} against the kept set's purity, with the frontier as a dashed "

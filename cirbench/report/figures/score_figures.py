@@ -18,6 +18,7 @@ from cirbench.report.analysis.loading.load import Setting
 from cirbench.report.analysis.loading.numbers import LAST_EPOCH, rate_label
 from cirbench.report.figures.figure_file import DPI, TEXT_SIZE, FigureFile, figure_title, save_figure, styled
 from cirbench.report.figures.palette import CLEAN_COLOUR, CLEAN_NAME, NOISY_COLOUR, NOISY_NAME, method_styles
+from cirbench.results.metrics import format_number
 
 
 def _scored(setting: Setting) -> pd.DataFrame:
@@ -107,9 +108,9 @@ def roc_curves(setting: Setting, out: Path) -> FigureFile | None:
             if found is None:
                 continue
             curve, aucs = found
-            spread = f" ± {np.std(aucs, ddof=1):.3f}" if len(aucs) > 1 else ""
+            spread = f" ± {format_number(np.std(aucs, ddof=1), 3)}" if len(aucs) > 1 else ""
             ax.plot(grid, curve, color=styles[method]["color"], linestyle=styles[method]["linestyle"],
-                    label=f"{setting.label(method, rate)}: AUROC {np.mean(aucs):.3f}{spread}")
+                    label=f"{setting.label(method, rate)}: AUROC {format_number(np.mean(aucs), 3)}{spread}")
         ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1, label="chance")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.01)

@@ -41,6 +41,7 @@ from cirbench.report.analysis.verdicts.calibration import Check as Calibration
 from cirbench.report.analysis.verdicts.calibration import calibration_checks
 from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
 from cirbench.report.analysis.verdicts.claims import Check, Claim, claims_on
+from cirbench.results.metrics import format_number
 from cirbench.results.roles import BASELINE, ROLES
 from cirbench.results.selection import DEFAULT_RULE
 
@@ -143,7 +144,7 @@ def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tupl
         split = next((s for s in splits if s.method == plus[0] and abs(s.rate - rate) < 1e-9), None)
         if split is None:
             continue
-        parts = (f"`{split.method}` at {rate_label(rate)} keeps a set {split.purity:.1f}% clean; trained on it, `{baseline}` "
+        parts = (f"`{split.method}` at {rate_label(rate)} keeps a set {format_number(split.purity, 1)}% clean; trained on it, `{baseline}` "
                  f"moves {_points(split.filter)} ({split.filter.answer or 'no answer'}), its other terms {_points(split.other)} "
                  f"({split.other.answer or 'no answer'})")
         if split.filter.answer != BETTER:
@@ -156,7 +157,7 @@ def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tupl
 
 def _points(check: Check) -> str:
     mean = check.comparison.mean if check.comparison is not None else float("nan")
-    return f"{100 * mean:+.1f} points" if mean == mean else "n/a"
+    return f"{format_number(100 * mean, 1, sign=True)} points" if mean == mean else "n/a"
 
 
 def _failing(claim: Claim) -> list[Check]:
@@ -171,7 +172,7 @@ def setting_probe(claim: Claim, calibration: Sequence[Calibration]) -> tuple[boo
     if not found:
         return False, f"setting: {' and '.join(names)} not measured"
     missed = [c for c in found if c.passed is False]
-    words = "; ".join(f"{c.name} {c.value:.2f} (target {c.target}): {'missed' if c.passed is False else c.verdict}"
+    words = "; ".join(f"{c.name} {format_number(c.value)} (target {c.target}): {'missed' if c.passed is False else c.verdict}"
                       if c.passed is not None else f"{c.name} not measured" for c in found)
     if missed:
         return True, f"the setting misses its premise: {words}"
