@@ -234,3 +234,9 @@ def test_no_page_calls_itself_stale() -> None:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     stale = [p.name for p in pages if re.search(r"stale below", p.read_text(encoding="utf-8"), re.I)]
     assert not stale, f"history belongs in docs/history.md, not below a 'stale' line: {stale}"
+
+
+def test_the_figures_alt_text_names_every_panel() -> None:
+    """The README's recall figure is described panel by panel (its alt text once named two of eight)."""
+    alt = re.search(r"!\[([^\]]*)\]\(reports/[^)]*recall_vs_noise\.png\)", README).group(1)
+    assert alt.startswith("Eight panels") and all(m in alt for m in ("headline", "R@10", "R@1,", "R@5", "R@50", "R_sub@1-3"))
