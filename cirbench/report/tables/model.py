@@ -66,7 +66,7 @@ def read_seeds(setting: Setting, cells: Iterable[tuple[str, float]],
 
 def seeds_words(seeds: Mapping[str, tuple[int, ...]]) -> str:
     """The seeds a table reads in words: ``seeds 0,1,2``, and where rows differ, those of most
-    rows first and the others named: ``seeds 0,1,2 (conesep: seeds 0,1,2,3,4)``; ``""`` for none."""
+    rows first and the others named: ``seeds 0,1,2 (method: seeds 0,1,2,3,4)``; ``""`` for none."""
     def words(group: tuple[int, ...]) -> str:
         return f"seed{'s' * (len(group) != 1)} {','.join(map(str, group))}"
 
