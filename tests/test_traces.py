@@ -109,13 +109,19 @@ def test_the_decomposition_says_whether_the_kept_set_or_the_other_terms_lose(fil
     assert kept_set_probe(_failing_claim("tme"), [split], "sprc") is None  # no replay of tme's kept set
 
 
-def test_the_setting_explains_a_claim_only_where_its_premise_is_missed() -> None:
-    room = Calibration("room to win", "share", 0.66, 0.75, None, False)
+def test_the_setting_explains_a_claim_only_where_its_premise_is_missed_at_its_rates() -> None:
     premise = Calibration("small-loss premise", "AUROC", 0.81, 0.7, None, True)
-    assert setting_probe(_failing_claim(), [room, premise]) == (True, "the setting misses its premise: room to win 0.66 "
-                                                                       "(target >= 0.75): missed")
-    explains, line = setting_probe(_failing_claim(unit="purity"), [room, premise])
-    assert not explains and line == "setting: small-loss premise 0.81 (target >= 0.7): pass"
+    missed_at_80 = {0.5: (True, 0.9), 0.8: (False, 0.66)}
+    assert setting_probe(_failing_claim(), [premise], missed_at_80) == (
+        True, "the setting misses its premise: room to win at 80%: the perfect filter wins back 66% of the baseline's loss "
+              "(calibration target >= 75%): missed")
+    missed_at_50 = {0.5: (False, 0.84), 0.8: (True, 0.77)}  # a miss at 50% explains nothing read at 80%
+    assert setting_probe(_failing_claim(), [premise], missed_at_50)[0] is False
+    explains, line = setting_probe(_failing_claim(unit="purity"), [premise], missed_at_80)
+    assert not explains and line == "setting: small-loss premise 0.81 (target >= 0.7): met"
+    at_zero = Claim("no loss at 0%", "test", [Check("tme - sprc at 0%", DOES_NOT_HOLD, "", unit="recall",
+                                                    terms=(Term("tme", 0.0), Term("sprc", 0.0, -1.0)))])
+    assert setting_probe(at_zero, [premise], missed_at_80)[0] is False  # no premise of the setting at 0%
 
 
 def test_the_report_prints_each_trace_under_the_claims(setting, tmp_path: Path) -> None:

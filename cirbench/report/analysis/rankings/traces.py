@@ -38,7 +38,7 @@ from cirbench.report.analysis.rankings.tuned import picked_trials, picks_rerun, 
 from cirbench.report.analysis.statistics.bootstrap import N_RESAMPLES
 from cirbench.report.analysis.statistics.significance import BETTER, DOES_NOT_HOLD, HOLDS, NOT_RUN, WORSE
 from cirbench.report.analysis.verdicts.calibration import Check as Calibration
-from cirbench.report.analysis.verdicts.calibration import calibration_checks
+from cirbench.report.analysis.verdicts.calibration import ROOM_SHARE, calibration_checks, room_by_rate
 from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
 from cirbench.report.analysis.verdicts.claims import Check, Claim, claims_on
 from cirbench.results.metrics import format_number
@@ -164,19 +164,34 @@ def _failing(claim: Claim) -> list[Check]:
     return [c for c in claim.checks if c.verdict == DOES_NOT_HOLD and c.terms]
 
 
-def setting_probe(claim: Claim, calibration: Sequence[Calibration]) -> tuple[bool, str]:
-    """The calibration figure behind the claim's failing checks, met or missed."""
-    units = {c.unit for c in _failing(claim) if c.unit} or {"recall"}
-    names = sorted({PREMISES.get(u, "room to win") for u in units})
-    found = [c for c in calibration if c.name in names]
-    if not found:
-        return False, f"setting: {' and '.join(names)} not measured"
-    missed = [c for c in found if c.passed is False]
-    words = "; ".join(f"{c.name} {format_number(c.value)} (target {c.target}): {'missed' if c.passed is False else c.verdict}"
-                      if c.passed is not None else f"{c.name} not measured" for c in found)
-    if missed:
-        return True, f"the setting misses its premise: {words}"
-    return False, f"setting: {words}"
+def setting_probe(claim: Claim, calibration: Sequence[Calibration],
+                  room: dict[float, tuple[bool | None, float]]) -> tuple[bool, str]:
+    """The setting's premise behind the claim's failing checks, at the noise rates they read:
+    the room to win at each rate for recall (``room``: met or not, and the share the perfect
+    filter wins back, :func:`~cirbench.report.analysis.verdicts.calibration.room_by_rate`), the
+    small-loss premise for purity and AUROC (from ``calibration``); a check at 0% has none."""
+    noisy = [c for c in _failing(claim) if any(t.rate > 0 for t in c.terms)]
+    if not noisy:
+        return False, "setting: its failing checks read 0% noise, where no premise of the setting applies"
+    parts, missed = [], False
+    for rate in sorted({t.rate for c in noisy if c.unit == "recall" for t in c.terms if t.rate > 0}):
+        met, share = room.get(rate, (None, float("nan")))
+        if met is None:
+            parts.append(f"room to win at {rate_label(rate)} not measured")
+            continue
+        target = f"{format_number(100 * ROOM_SHARE[rate], 0)}%" if rate in ROOM_SHARE else "?"
+        parts.append(f"room to win at {rate_label(rate)}: the perfect filter wins back {format_number(100 * share, 0)}% of "
+                     f"the baseline's loss (calibration target >= {target}): {'met' if met else 'missed'}")
+        missed = missed or not met
+    if any(c.unit in PREMISES and c.unit != "recall" for c in noisy):
+        premise = next((c for c in calibration if c.name == PREMISES["purity"]), None)
+        if premise is None or premise.passed is None:
+            parts.append(f"{PREMISES['purity']} not measured")
+        else:
+            parts.append(f"{premise.name} {format_number(premise.value)} (target {premise.target}): "
+                         f"{'missed' if premise.passed is False else 'met'}")
+            missed = missed or premise.passed is False
+    return missed, ("the setting misses its premise: " if missed else "setting: ") + "; ".join(parts)
 
 
 def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[ClaimSpec],
@@ -192,14 +207,14 @@ def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[Clai
         return claims_on(where, n_resamples, seed, specs=[spec])[0].verdict
 
     worth = kept_worth(setting, n_resamples, seed, rule)
-    splits, calibration = (worth.splits if worth else []), calibration_checks(setting)
+    splits, calibration, room = (worth.splits if worth else []), calibration_checks(setting), room_by_rate(setting)
     traces = []
     for number, claim, spec in failing:
         probes: list[tuple[str, tuple[bool, str] | None]] = [
             (PORT, port_probe(view, claim, spec, verdict)),
             (HYPERPARAMETER, hyperparameter_probe(setting, view, spec, verdict)),
             (KEPT_SET, kept_set_probe(claim, splits, setting.role(BASELINE))),
-            (SETTING, setting_probe(claim, calibration)),
+            (SETTING, setting_probe(claim, calibration, room)),
         ]
         ran = [(cause, found) for cause, found in probes if found is not None]
         cause, line = next(((c, f[1]) for c, f in ran if f[0]), (NOT_TRACED, "no probe explains the verdict"))

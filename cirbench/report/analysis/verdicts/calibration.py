@@ -23,7 +23,7 @@ import pandas as pd
 from cirbench.settings.defaults import CALIBRATION_RATES, HOSTED_RATE
 from cirbench.report.analysis.loading.load import Setting, final_epoch, load_results
 from cirbench.report.analysis.loading.numbers import format_number, rate_label
-from cirbench.report.analysis.verdicts.room import PUBLISHED, paper_range, paper_shares, room_line, room_to_win
+from cirbench.report.analysis.verdicts.room import PUBLISHED, RoomToWin, paper_range, paper_shares, room_line, room_to_win
 from cirbench.results.headline import headline_rows
 from cirbench.results.labels import TEXT_BLIND_ROW, ZERO_SHOT_ROW
 from cirbench.results.metrics import RECALL, metric_label
@@ -329,6 +329,30 @@ def _gains(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[fl
     return ", ".join(parts)
 
 
+def _room_floors() -> dict[float, float]:
+    """The least share a seed may win back at each rate: TME's on FashionIQ (:data:`ROOM_FLOOR_METHOD`)."""
+    return {s.rate: s.share for s in paper_shares() if s.dataset == "fashioniq" and s.method == ROOM_FLOOR_METHOD}
+
+
+def _room_met(room: RoomToWin | None, floors: dict[float, float]) -> bool | None:
+    """Whether ``room`` meets the room-to-win target at its rate (None: not run)."""
+    if room is None:
+        return None
+    meets = room.share >= ROOM_SHARE[room.rate] and min(room.shares.values()) >= floors.get(room.rate, 0.0)
+    return meets and room.gap >= ROOM_GAP if room.rate == 0.8 else meets
+
+
+def room_by_rate(setting: Setting, metric: str = RECALL) -> dict[float, tuple[bool | None, float]]:
+    """At each rate of :data:`ROOM_SHARE`: whether the room to win is met there (None: not
+    run) and the mean share of the baseline's loss the perfect filter wins back there."""
+    base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
+    per_seed = {base: {rate: _per_seed(setting, base, rate, metric) for rate in (0.0, *ROOM_SHARE)},
+                perfect: {rate: _per_seed(setting, perfect, rate, metric) for rate in ROOM_SHARE}}
+    floors = _room_floors()
+    rooms = {rate: room_to_win(per_seed, rate) for rate in ROOM_SHARE}
+    return {rate: (_room_met(room, floors), room.share if room is not None else math.nan) for rate, room in rooms.items()}
+
+
 def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[float, pd.Series], label: str) -> Check:
     """*Room to win*: at 50% and 80% noise the perfect filter wins back, on average over
     seeds, at least :data:`ROOM_SHARE` of the baseline's loss and on no seed less than
@@ -337,7 +361,7 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
     per seed beside the papers'."""
     base, perfect = setting.role(BASELINE), setting.role(PERFECT_FILTER)
     per_seed = {base: baseline, perfect: filtered}
-    floors = {s.rate: s.share for s in paper_shares() if s.dataset == "fashioniq" and s.method == ROOM_FLOOR_METHOD}
+    floors = _room_floors()
     rooms = {rate: room_to_win(per_seed, rate) for rate in ROOM_SHARE}
     parts, ok = [], True
     for rate, room in rooms.items():
@@ -345,10 +369,7 @@ def _room(setting: Setting, baseline: dict[float, pd.Series], filtered: dict[flo
             parts.append(f"{rate_label(rate)}: not run")
             continue
         floor = floors.get(rate, 0.0)
-        meets = room.share >= ROOM_SHARE[rate] and min(room.shares.values()) >= floor
-        if rate == 0.8:
-            meets = meets and room.gap >= ROOM_GAP
-        ok = ok and meets
+        ok = ok and bool(_room_met(room, floors))
         each = ", ".join(format_number(v, 2) for v in room.shares.values())
         parts.append(f"{rate_label(rate)}: share per seed {each} "
                      f"(mean {format_number(room.share, 2)}, target >= {ROOM_SHARE[rate]:g}, each >= {format_number(floor, 2)}), "
