@@ -106,7 +106,8 @@ def test_the_decomposition_says_whether_the_kept_set_or_the_other_terms_lose(fil
                   _difference("other", -0.03, other_answer), None)
     found, line = kept_set_probe(_failing_claim(), [split], "sprc")
     assert found is explains and words in line and "27.0% clean" in line and "+2.0 points" in line
-    assert kept_set_probe(_failing_claim("tme"), [split], "sprc") is None  # no replay of tme's kept set
+    assert kept_set_probe(_failing_claim("tme"), [split], "sprc") == (False, "kept set: no replay of the kept set of `tme` at 80%")
+    assert kept_set_probe(_failing_claim("tme"), [split], "oracle") is None  # no check against the baseline
 
 
 def test_the_setting_explains_a_claim_only_where_its_premise_is_missed_at_its_rates() -> None:

@@ -134,7 +134,8 @@ def _verb(verdict: str) -> str:
 
 def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tuple[bool, str] | None:
     """The decomposition of the first failing check of a method against the baseline whose
-    replay ran, or None where none did."""
+    replay ran; None where no failing check compares a method with the baseline."""
+    missing = []
     for check in _failing(claim):
         plus = [t.method for t in check.terms if t.weight > 0]
         minus = [t.method for t in check.terms if t.weight < 0]
@@ -143,6 +144,7 @@ def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tupl
         rate = check.terms[0].rate
         split = next((s for s in splits if s.method == plus[0] and abs(s.rate - rate) < 1e-9), None)
         if split is None:
+            missing.append(f"`{plus[0]}` at {rate_label(rate)}")
             continue
         parts = (f"`{split.method}` at {rate_label(rate)} keeps a set {format_number(split.purity, 1)}% clean; trained on it, `{baseline}` "
                  f"moves {_points(split.filter)} ({split.filter.answer or 'no answer'}), its other terms {_points(split.other)} "
@@ -152,7 +154,7 @@ def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tupl
         if split.other.answer == WORSE:
             return True, f"{parts}: the kept set helps and the method's other terms lose it"
         return False, parts
-    return None
+    return (False, f"kept set: no replay of the kept set of {', '.join(dict.fromkeys(missing))}") if missing else None
 
 
 def _points(check: Check) -> str:
