@@ -52,7 +52,8 @@ RELEASE = ":release"
 TRACES_TITLE = "Why the claims that do not hold do not"
 TRACES_INTRO = ("Each claim that does not hold, probed on cells of these results in order: the ports on their releases' "
                 "readings, the tuned picks, what the kept set is worth (the decomposition), the setting's calibration; "
-                "the first probe under which the verdict turns, or that locates the loss, is the cause.")
+                "the first probe that explains the verdict (the claim holds under it, the decomposition locates the loss, "
+                "or the setting misses its premise) is the cause.")
 PREMISES = {"recall": "room to win", "purity": "small-loss premise", "AUROC": "small-loss premise"}
 """The calibration figure behind each kind of check: the setting's premise for it."""
 
