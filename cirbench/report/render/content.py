@@ -16,7 +16,7 @@ from cirbench.report.analysis.verdicts.calibration import parity_lines, room_lin
 from cirbench.report.analysis.verdicts.claims import (Claim, claims_metric, claims_selection, paper_claims, recall_judge,
                                                       setting_claims)
 from cirbench.report.analysis.rankings.glance import at_a_glance
-from cirbench.report.analysis.rankings.kept_worth import kept_worth
+from cirbench.report.analysis.rankings.kept_worth import KeptWorth, kept_worth
 from cirbench.report.analysis.rankings.traces import Trace, trace_claims
 from cirbench.report.analysis.rankings.leaderboard import DEFAULT_BOARD, Leaderboard, build_leaderboard, first_screen
 from cirbench.report.analysis.loading.load import ReportData, Setting
@@ -155,11 +155,11 @@ def _holdout_shares(runs: pd.DataFrame) -> list[str]:
     return [text]
 
 
-def kept_section(setting: Setting, out: Path) -> list[FigureFile | TableModel | str]:
-    """The report's parts on what ``setting``'s kept sets are worth, in reading order: the
-    chart, the decomposition and the noise types, each where its cells exist, with the one
-    line saying what is not measured (empty for a setting without a noisy rate)."""
-    worth = kept_worth(setting)
+def kept_section(worth: KeptWorth | None, out: Path) -> list[FigureFile | TableModel | str]:
+    """The report's parts on what a setting's kept sets are worth (``worth``, from
+    :func:`kept_worth`), in reading order: the chart, the decomposition and the noise types,
+    each where its cells exist, with the one line saying what is not measured (empty for a
+    setting without a noisy rate)."""
     if worth is None:
         return []
     found = [part for part in (kept_figure(worth, out), decomposition_table(worth), noise_type_table(worth)) if part]
@@ -177,16 +177,18 @@ def assemble(data: ReportData, output: Path, published: pd.DataFrame | None = No
                       reproduction_table(read, published))
         tables = [t for t in candidates if t is not None]
         claims, metric, board = paper_claims(setting), claims_metric(setting), build_leaderboard(setting)
+        worth = kept_worth(setting)  # read by the kept-set section and the traces alike
         gain = [f for f in [gain_figure(setting, output / setting.slug, board=board)] if f is not None]
         figures = all_figures(setting, output / setting.slug, read)
         lead = gain + [f for f in figures if f.path.stem in LEAD_FIGURES]
         sections.append(Section(setting, at_a_glance(read, board), tables, [f for f in figures if f not in lead], claims, metric,
                                 claims_selection(setting), room_lines(read) + parity_lines(read),
                                 claims_forest(claims, output / setting.slug, metric), board, lead,
-                                kept_section(setting, output / setting.slug), first_screen(setting, board)))
+                                kept_section(worth, output / setting.slug), first_screen(setting, board)))
         sections[-1].tuned = tuned_board(setting, board)  # docs/selection.md#the-tuned-leaderboard
         sections[-1].tables += claim_cells_tables(read)
-        sections[-1].traces = trace_claims(setting, claims, setting_claims(read))
+        sections[-1].traces = trace_claims(setting, claims, setting_claims(read),
+                                             splits=worth.splits if worth else [])
         if sections[-1].tuned is not None and board is not None:
             board.name = DEFAULT_BOARD
     n_runs = sum(len(s.runs) for s in data.settings)

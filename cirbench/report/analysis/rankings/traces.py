@@ -198,9 +198,12 @@ def setting_probe(claim: Claim, calibration: Sequence[Calibration],
 
 
 def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[ClaimSpec],
-                 n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE) -> list[Trace]:
+                 n_resamples: int = N_RESAMPLES, seed: int = 0, rule: str = DEFAULT_RULE,
+                 splits: Sequence[Split] | None = None) -> list[Trace]:
     """A :class:`Trace` for every claim of ``claims`` (checked from ``specs``, in order, as
-    :func:`~cirbench.report.analysis.verdicts.claims.paper_claims` reads ``setting``) that does not hold."""
+    :func:`~cirbench.report.analysis.verdicts.claims.paper_claims` reads ``setting``) that does not hold.
+    ``splits``: the kept-set splits of the setting's :func:`kept_worth` where the caller has
+    computed them already (empty for a setting without any); computed here when ``None``."""
     failing = [(n, c, s) for n, (c, s) in enumerate(zip(claims, specs), 1) if c.verdict == DOES_NOT_HOLD]
     if not failing:
         return []
@@ -209,8 +212,10 @@ def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[Clai
     def verdict(where: Setting, spec: ClaimSpec) -> str:
         return claims_on(where, n_resamples, seed, specs=[spec])[0].verdict
 
-    worth = kept_worth(setting, n_resamples, seed, rule)
-    splits, calibration, room = (worth.splits if worth else []), calibration_checks(setting), room_by_rate(setting)
+    if splits is None:
+        worth = kept_worth(setting, n_resamples, seed, rule)
+        splits = worth.splits if worth else []
+    calibration, room = calibration_checks(setting), room_by_rate(setting)
     traces = []
     for number, claim, spec in failing:
         probes: list[tuple[str, tuple[bool, str] | None]] = [
