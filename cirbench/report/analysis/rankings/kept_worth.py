@@ -171,7 +171,8 @@ def _left_out(setting: Setting, runs: pd.DataFrame) -> dict[str, str]:
     stale = stale_replays(setting.root, list(replays)) if setting.root is not None else {}
     return {run_id: f"`{runs.at[run_id, 'method']}` at {rate_label(float(runs.at[run_id, 'noise_rate']))}, seed "
                     f"{int(runs.at[run_id, 'seed'])} left out: {reason}; `cirbench run` of its grid with `--replay "
-                    f"{str(runs.at[run_id, 'method']).split(':', 1)[1]} --output {setting.root}` redoes it."
+                    f"{str(runs.at[run_id, 'method']).split(':', 1)[1]} --output {setting.root.name}` (this report's "
+                    "results folder) redoes it."
             for run_id, reason in stale.items()}
 
 
