@@ -268,6 +268,20 @@ def test_ablation_rows_get_their_own_table_and_stay_out_of_the_ranking(tmp_path:
     assert judged.rows[0][2][1].text == "-" and judged.rows[1][2][1].text == "-10.00 ○", judged.rows  # no per-query results: no bootstrap, undecided
 
 
+def test_an_ablation_difference_reads_the_seeds_both_rows_share(tmp_path: Path) -> None:
+    """Issue 79: the full method on seeds 0-2 beside a variant on seeds 0-1: "vs full" is the
+    mean paired difference on seeds 0-1 (-10.00), not the two rows' means (-10.50)."""
+    write_results(tmp_path, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1, 2))
+    store = ResultsStore(tmp_path)
+    for seed in (0, 1):
+        tables, n_noisy = _tables("sprc", 0.2, seed)  # R@10 0.40 + 0.01 * seed against robust's 0.50 + 0.01 * seed
+        store.write_run(CellKey(f"robust:weak-{seed}", "robust:weak", "toy", "tiny", "thirds", 0.2, seed),
+                        _run_row("robust:weak", "completed") | {"n_noisy": n_noisy}, tables)
+    table = ablation_table(load_results(tmp_path).settings[0])
+    assert [row[2][1].text for row in table.rows] == ["-", "-10.00"], table.rows
+    assert "on the seeds both rows share" in table.note
+
+
 def test_a_collapsed_cell_is_marked_in_every_table_and_listed_with_its_reason(built, tmp_path: Path) -> None:
     root = tmp_path / "results"
     write_results(root, methods=("sprc", "robust"), rates=(0.2,), seeds=(0, 1))

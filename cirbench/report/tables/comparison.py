@@ -84,6 +84,15 @@ def _versus_full(judge: Judge | None, variant: str, full: str, rate: float) -> s
     return MARKS.get(check.answer or VERSUS.get(check.verdict, ""), "")
 
 
+def _paired_difference(values: pd.DataFrame, variant: str, full: str, rate: float) -> float:
+    """Mean of ``variant - full`` over the seeds both have at ``rate`` (``values``: one value
+    per run, columns ``method``, ``noise_rate``, ``seed``, ``value``); NaN without a shared seed."""
+    at_rate = values[(values.noise_rate - rate).abs() < 1e-9]
+    pair = [at_rate[at_rate.method == m].groupby("seed").value.mean() for m in (variant, full)]
+    shared = pair[0].index.intersection(pair[1].index)
+    return float((pair[0][shared] - pair[1][shared]).mean()) if len(shared) else math.nan
+
+
 def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel | None:
     """Each method's ablation rows beside the full method, at the rates the rows were run
     at: the headline column and its difference to the full method (percentage points), with
@@ -94,28 +103,28 @@ def ablation_table(setting: Setting, judge: Judge | None = None) -> TableModel |
     if column is None or not setting.variants:
         return None
     stats = summarize(setting, per_run[[column]])
+    values = setting.runs.set_index("run_id")[["method", "noise_rate", "seed"]].join(
+        per_run[column].rename("value"), how="inner")
     rows, cells_shown = [], []
     for base in sorted({v.split(":", 1)[0] for v in setting.variants}):
         labels = [base, *(v for v in setting.variants if v.startswith(f"{base}:"))]
         rates = sorted({rate for rate, method in stats.index if method in labels[1:]})
         for rate in rates:
             block = stats.xs(rate, level="noise_rate")
-            full = float(block.loc[base, ("mean", column)]) if base in block.index else math.nan
             shown = [m for m in labels if m in block.index]
             for i, method in enumerate(shown):
                 mean, std, n = (float(block.loc[method, ("mean", column)]), float(block.loc[method, ("std", column)]),
                                 int(block.loc[method, ("n", column)]))
-                diff = mean - full
-                versus = "-" if method == base else format_number(diff, sign=True)
+                versus = "-" if method == base else format_number(_paired_difference(values, method, base, rate), sign=True)
                 if versus != "-" and (mark := _versus_full(judge, method, base, rate)):
                     versus = f"{versus} {mark}"
                 cells = [Cell(format_mean(mean, std, n)), Cell(versus)]
                 rows.append((rate_label(rate) if i == 0 else "", f"{method}{setting.collapse_mark(method, rate)}", cells))
                 cells_shown.append((method, rate))
-    marks = (" Marks: the leaderboard's four answers to the difference (▲ better, ▼ worse, = equivalent, ○ undecided), "
-             "on the seeds both rows share." if judge is not None else "")
-    note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over seeds; the difference is to the full "
-            "method at the same rate, in percentage points." + marks + " The claims section gives the intervals."
+    marks = (" Marks: the leaderboard's four answers to the difference (▲ better, ▼ worse, = equivalent, ○ undecided)."
+             if judge is not None else "")
+    note = (f"{column} (%), {ON_VALIDATION} {CLAIMS_EPOCH}, mean ± std over each row's seeds; the difference is to the "
+            "full method at the same rate, in percentage points, on the seeds both rows share." + marks + " The claims section gives the intervals."
             + collapse_note(setting, cells_shown))
     return TableModel("Ablations", [column, "vs full"], rows, note, read_seeds(setting, cells_shown, per_run.index))
 
