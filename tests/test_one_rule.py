@@ -76,3 +76,15 @@ def test_a_mean_prints_alike_in_the_tables_the_leaderboard_files_and_the_readme(
         assert f"<u>{shown}</u>" in page
     for wrong in ("42.02 ±", "43.02 ±"):
         assert wrong not in markdown + page + readme
+
+
+def test_a_rate_prints_one_way_in_the_report_the_plan_and_the_logs() -> None:
+    """Issue 79: ``{rate:.0%}`` printed 12.5% noise as "12%" in the study's plan lines; every
+    module prints a rate with :func:`cirbench.results.labels.rate_label`."""
+    from cirbench.results.labels import rate_label
+    assert [rate_label(r) for r in (0.0, 0.125, 0.2, 0.5, 0.8)] == ["0%", "12.5%", "20%", "50%", "80%"]
+    own = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "cirbench").rglob("*.py"))
+           for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+           if re.search(r"rate[\w.\[\]\d]*:\.\d+%\}|rates?\[\d\]:\.\d+%\}|rate \* 100:g\}%", line)
+           and "def rate_label" not in line and "return f\"{rate * 100:g}%\"" not in line]
+    assert own == [], own

@@ -39,6 +39,7 @@ from cirbench.data.noise.instance_file import noisy_training
 from cirbench.data.datasets.registry import DATASETS
 from cirbench.engine.running.grid import Grid
 from cirbench.method import Batch, TrainingContext
+from cirbench.results.labels import rate_label
 from cirbench.settings.study import load_study
 
 COUNT_BATCH = 8
@@ -260,7 +261,7 @@ def _tuned_plans(where: str, sweep, seeds: list[int], backbones: dict, announce:
     plan = tuned_plan(sweep, seeds, provisional=True)
     plans = []
     for tuned, note in zip(plan.grids, plan.notes):
-        done = plan_grid(f"{where}, its tuned cells at {tuned.spec.noise_rates[0]:.0%}", tuned, backbones, announce)
+        done = plan_grid(f"{where}, its tuned cells at {rate_label(tuned.spec.noise_rates[0])}", tuned, backbones, announce)
         done.notes.append(note)
         plans.append(done)
     return plans

@@ -19,6 +19,7 @@ from cirbench.api.tuned import tuned_plan
 from cirbench.settings.config import parse_overrides
 from cirbench.engine.cell.life import CellOutcome
 from cirbench.engine.running.grid import Grid
+from cirbench.results.labels import rate_label
 from cirbench.settings.study import Study, StudyGrid, load_study
 
 SPEC_FIELDS = ("seeds", "dataset", "backbone", "weights", "noise_protocol", "epochs", "batch_size", "device", "precision",
@@ -116,7 +117,7 @@ class StudyRunner:
             if entry.kind == "sweep" and "tuned_seeds" in entry.options:  # then the picked trials on more seeds
                 for tuned in self.tuned(entry, built):
                     self.check(tuned)
-                    where = replace(entry, where=f"{entry.where}, its tuned cells at {tuned.spec.noise_rates[0]:.0%}")
+                    where = replace(entry, where=f"{entry.where}, its tuned cells at {rate_label(tuned.spec.noise_rates[0])}")
                     done += self.run(where, tuned, study.jobs if self.jobs is None else self.jobs)
             outcomes += done
         if study.report is not None:

@@ -17,6 +17,12 @@ TRIAL_LABEL = re.compile(r"(?P<method>[^:]+):trial(?P<trial>\d+)")
 """A sweep row's label, ``<method>:trial<k>`` (:func:`trial_label`)."""
 
 
+def rate_label(rate: float) -> str:
+    """A noise rate as the papers print it, in every report, plan and log line: ``0.5`` -> ``50%``,
+    ``0.125`` -> ``12.5%``."""
+    return f"{rate * 100:g}%"
+
+
 def trial_label(method: str, trial: int) -> str:
     """The grid label of ``method``'s trial ``trial``: the method's own name for trial 0 (the
     defaults: the same cell as a grid run's), ``<method>:trial<k>`` for the others."""

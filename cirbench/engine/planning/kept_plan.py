@@ -31,7 +31,7 @@ from cirbench.engine.planning.spec import Cell, GridError, GridSpec, KeptSet, ba
 from cirbench.method import Method, MethodConfig, method_role
 from cirbench.registry import Registry
 from cirbench.results.labels import (FRONTIER, NOISE_TYPE, REPLAY, TRIAL_LABEL, frontier_label, noise_type_label,
-                                     replay_label)
+                                     rate_label, replay_label)
 from cirbench.results.roles import PERFECT_FILTER
 from cirbench.results.store import CellKey, ResultsStore
 
@@ -115,7 +115,7 @@ def _frontier(spec: GridSpec, made: Trainer, rates: list[float], plan: KeptSetPl
         for rate in rates:
             clean_share = round(1.0 - rate, 9)
             if purity <= clean_share:
-                plan.skipped.append(f"{frontier_label(purity)} at {rate:.0%} noise: not above the clean share "
+                plan.skipped.append(f"{frontier_label(purity)} at {rate_label(rate)} noise: not above the clean share "
                                     f"{clean_share:g} (every kept set there is that clean): not trained")
                 continue
             plan.cells += [_cell(spec, frontier_label(purity), made, rate, seed, KeptSet(FRONTIER, purity=float(purity)))

@@ -14,6 +14,7 @@ from cirbench.report.analysis.loading.load import Setting, final_epoch
 from cirbench.results.headline import (  # noqa: F401  (re-exported: the report's modules read them from here)
     CIRR_AVG, FIQ_AVG, headline_column, metric_groups, wide_columns,
 )
+from cirbench.results.labels import rate_label  # noqa: F401  (re-exported: how the report prints a rate)
 from cirbench.results.metrics import STORED_PLACES, format_number  # noqa: F401  (re-exported: the one rounding rule)
 
 
@@ -27,11 +28,6 @@ LAST_EPOCH = "at each run's last epoch"
 claims read there too, and the cells' table ``final_metrics.csv``."""
 ON_VALIDATION = "recall on the validation queries"
 """What the recall numbers are: never the held-out noisy triplets, which only pick the epoch."""
-
-
-def rate_label(rate: float) -> str:
-    """A noise rate as the papers print it: ``0.5`` -> ``50%``."""
-    return f"{rate * 100:g}%"
 
 
 def validation_split(metrics: pd.DataFrame) -> str | None:

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cirbench.report.analysis.loading.numbers import format_number
+from cirbench.report.analysis.loading.numbers import format_number, rate_label
 from cirbench.results.chance import KEPT_SET_ALPHA, KeptSetTest, kept_set_test  # noqa: F401  (re-exported)
 
 HOLDS, DOES_NOT_HOLD, UNDECIDED, NOT_RUN = "holds", "does not hold", "undecided", "not run"
@@ -257,7 +257,7 @@ def paired_comparison(
     seeds = sorted(set.intersection(*available))
     result = Comparison(label, threshold, bootstrap_over=bootstrap_over, margin=margin)
     if not seeds:
-        missing = [f"{t.method} at {t.rate * 100:g}%" for t, have in zip(terms, available) if not have]
+        missing = [f"{t.method} at {rate_label(t.rate)}" for t, have in zip(terms, available) if not have]
         result.note = "not run: no result for " + ", ".join(missing) if missing else "not run: no seed with every cell"
         return result
     weights = np.array([t.weight for t in terms])
