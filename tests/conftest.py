@@ -66,3 +66,17 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def study_with_kept_cells(tmp_path_factory: pytest.TempPathFactory):
+    """The leaderboard tests' study (``test_leaderboard.write_study``) with the kept-set cells
+    of ``test_kept_worth.write_kept_cells``, loaded: one setting the figure and first-screen
+    tests read and never change."""
+    from cirbench.report import load_results
+    from test_kept_worth import write_kept_cells
+    from test_leaderboard import write_study
+    root = tmp_path_factory.mktemp("study_with_kept_cells") / "results"
+    write_study(root)
+    write_kept_cells(root)
+    return load_results(root).settings[0]

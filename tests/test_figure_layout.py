@@ -16,26 +16,20 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from cirbench.report import load_results
 from cirbench.report.analysis.loading.numbers import run_columns
 from cirbench.report.analysis.statistics.significance import DOES_NOT_HOLD, HOLDS, UNDECIDED, Comparison
 from cirbench.report.analysis.verdicts.claims import Check
 from cirbench.report.figures import score_figures, setting_figures
 from cirbench.report.figures.forest import ForestRow, draw_forest, edge_labels
 from cirbench.results.chance import KeptSetTest
-from test_kept_worth import write_kept_cells
-from test_leaderboard import write_study
 
 SLACK = 1.0
 """Pixels two boxes may share, or a box may pass the figure's edge by (antialiasing)."""
 
 
 @pytest.fixture(scope="module")
-def setting(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("layout") / "results"
-    write_study(root)
-    write_kept_cells(root)
-    return load_results(root).settings[0]
+def setting(study_with_kept_cells):
+    return study_with_kept_cells
 
 
 def _drawn(monkeypatch: pytest.MonkeyPatch, figure, setting, tmp_path: Path) -> tuple[Figure, dict]:

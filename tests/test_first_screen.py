@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from cirbench.report import load_results
 from cirbench.report.analysis.rankings.glance import answer_lines
 from cirbench.report.analysis.rankings.kept_worth import METHOD_POINT, kept_worth
 from cirbench.report.analysis.rankings.leaderboard import ANSWERS, MARKS, build_leaderboard
@@ -22,19 +21,14 @@ from cirbench.report.figures.labels import LABEL_GID, MARKER_PX
 from cirbench.report.figures.palette import CLEAN_COLOUR, NOISY_COLOUR, TOL, answer_colour
 from cirbench.report.render.leaderboard_render import legend
 from cirbench.results.labels import REPLAY
-from test_kept_worth import write_kept_cells
-from test_leaderboard import write_study
 
 LEGEND_WORDS = 75
 """The leaderboard legend's most words (it was 132; the definitions are the Terms line's), with room for a fourth answer."""
 
 
 @pytest.fixture(scope="module")
-def setting(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("first") / "results"
-    write_study(root)
-    write_kept_cells(root)
-    return load_results(root).settings[0]
+def setting(study_with_kept_cells):
+    return study_with_kept_cells
 
 
 def _crowded(worth):
