@@ -12,7 +12,8 @@ import pytest
 from cirbench.report import build_report, load_results
 from cirbench.report.analysis.loading.selection import rule_view
 from cirbench.report.analysis.rankings.kept_worth import Split
-from cirbench.report.analysis.rankings.traces import (HYPERPARAMETER, NOT_TRACED, PORT, TRACES_TITLE, kept_set_probe,
+from cirbench.report.analysis.rankings.traces import (HYPERPARAMETER, NOT_TRACED, PORT, TRACES_TITLE, hyperparameter_probe,
+                                                     kept_set_probe,
                                                      setting_probe, trace_claims)
 from cirbench.report.analysis.statistics.significance import (BETTER, DOES_NOT_HOLD, EQUIVALENT, HOLDS, WORSE, Comparison,
                                                               Term)
@@ -135,3 +136,60 @@ def test_the_report_prints_each_trace_under_the_claims(setting, tmp_path: Path) 
         assert TRACES_TITLE in text and "Claim 1 (" in text and "still still" not in text
         assert ("**not traced**" if page == "report.md" else "<b>not traced</b>") in text
         assert "on the tuned picks (`sprc` at 50%: lr=0.0006" in text.replace("<code>", "`").replace("</code>", "`")
+
+
+def _every_rate(short: str, method: str) -> ClaimSpec:
+    check = CheckSpec(kind="recall", methods=(method,), against=("{baseline}",))  # every rate both ran
+    return ClaimSpec(text=short, source="test", checks=(check,), short=short, margin=0.01)
+
+
+@pytest.fixture(scope="module")
+def partly_probed(tmp_path_factory: pytest.TempPathFactory):
+    """The tuned study with cala losing at 50% and 80% (its release cell only at 50%, where it
+    wins) and tme losing to sprc at 20% (swept at 50% and 80% only)."""
+    root = tmp_path_factory.mktemp("partly") / "results"
+    write_tuned_study(root)
+    store = ResultsStore(root)
+    for seed in SEEDS:
+        write_cell(store, "cala", 0.5, seed, 0.30, 0.5, CONFIGS[0])
+        write_cell(store, "cala", 0.8, seed, 0.20, 0.5, CONFIGS[0])
+        write_cell(store, "cala:release", 0.5, seed, 0.62, 0.5, CONFIGS[0])
+        write_cell(store, "sprc", 0.2, seed, 0.60, 0.5, CONFIGS[0])
+        write_cell(store, "tme", 0.2, seed, 0.40, 0.5, CONFIGS[0])
+    (found,) = load_results(root).settings
+    return found
+
+
+def test_a_probe_explains_a_claim_only_when_it_reaches_every_failing_check(partly_probed) -> None:
+    """Issue 79: a claim read at every rate fails at 50% and 80%; the release cell ran at 50%
+    alone, where the claim then holds: the port does not explain the 80% check, so it is not
+    the cause; nor are tuned picks at 50% and 80% the cause of a check that fails at 20%."""
+    view = rule_view(partly_probed, DEFAULT_RULE).setting
+    specs = [_every_rate("cala beats the baseline", "cala"), _every_rate("tme beats the baseline", "tme")]
+    cala, tme = claims_on(view, 200, 0, specs=specs)
+    assert cala.verdict == tme.verdict == DOES_NOT_HOLD
+    (trace, _) = trace_claims(partly_probed, [cala, tme], specs, n_resamples=200)
+    assert trace.cause != PORT
+    assert any("(`cala:release`) it holds; it does not reach the failing check cala - sprc at 80%" in p for p in trace.probes)
+    holds = lambda where, spec: HOLDS  # noqa: E731  (even were the tuned claim to hold, 20% is not probed)
+    found, line = hyperparameter_probe(partly_probed, view, tme, specs[1], holds)
+    assert found is False and line.endswith("it holds; it does not reach the failing check tme - sprc at 20%"), line
+
+
+def test_the_setting_and_the_kept_set_explain_only_what_they_reach() -> None:
+    """A missed room to win at 80% says nothing of a check failing at 0%; a decomposition of
+    the check against the baseline says nothing of one against the perfect filter."""
+    premise = Calibration("small-loss premise", "AUROC", 0.81, 0.7, None, True)
+    at_zero = Check("conesep - sprc at 0%", DOES_NOT_HOLD, "", unit="recall",
+                    terms=(Term("conesep", 0.0), Term("sprc", 0.0, -1.0)))
+    both = _failing_claim()
+    both.checks.append(at_zero)
+    explains, line = setting_probe(both, [premise], {0.8: (False, 0.66)})
+    assert explains is False and line.endswith("it does not reach the failing check conesep - sprc at 0%"), line
+    split = Split(0.8, "conesep", 27.0, _difference("total", -0.01, WORSE), _difference("filter", 0.0, EQUIVALENT),
+                  _difference("other", -0.01, EQUIVALENT), None)
+    against_oracle = _failing_claim()
+    against_oracle.checks.append(Check("conesep - oracle at 80%", DOES_NOT_HOLD, "", unit="recall",
+                                       terms=(Term("conesep", 0.8), Term("oracle", 0.8, -1.0))))
+    explains, line = kept_set_probe(against_oracle, [split], "sprc")
+    assert explains is False and "worth nothing" in line and "not decomposed (not against `sprc`): conesep - oracle at 80%" in line

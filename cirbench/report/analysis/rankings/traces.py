@@ -3,7 +3,10 @@
 A claim's verdict against a paper's reading ("does not hold"; undecided is not a
 disagreement) can come from how a method was ported, from its hyperparameters, from what its
 kept set is worth, or from the setting itself. Each is probed on cells of the same results,
-in this order, and the first probe that explains the verdict is the claim's cause:
+in this order, and the first probe that explains the verdict is the claim's cause. A probe
+explains a claim only when it reaches every check that fails: a port's release cells or the
+tuned picks at 50% and 80% say nothing of a check that fails at 0%, and the probe's line
+names the checks it did not reach.
 
 1. **port difference**: the claim checked again with every method it reads that has a
    ``<method>:release`` cell (the port on its release's readings, docs/parity.md) in that
@@ -94,21 +97,31 @@ def _cells(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
 
+def _unreached(claim: Claim, reached: Callable[[str, float], bool]) -> str:
+    """The failing checks of ``claim`` that read a cell (method, rate) a probe has no
+    counterpart of, as a clause for the probe's line (``""`` when it reaches them all)."""
+    missed = [c.label for c in _failing(claim) if not all(reached(t.method, t.rate) for t in c.terms)]
+    return f"; it does not reach the failing check{'s' * (len(missed) > 1)} {', '.join(missed)}" if missed else ""
+
+
 def port_probe(setting: Setting, claim: Claim, spec: ClaimSpec, verdict: Verdict) -> tuple[bool, str]:
-    """(whether the release readings explain the claim, the probe's line)."""
+    """(whether the release readings explain the claim, the probe's line): the claim checked
+    with each ``<method>:release`` label in its method's place, at the rates that cell ran at."""
     labels = set(setting.runs.method)
     swaps = {m: f"{m}{RELEASE}" for m in claim.methods if f"{m}{RELEASE}" in labels}
     if not swaps:
         return False, "release readings: no `<method>:release` cell of its methods"
+    ran = {(m, float(r)) for m, r in zip(setting.runs.method, setting.runs.noise_rate)}
+    unreached = _unreached(claim, lambda m, r: m not in swaps or (swaps[m], float(r)) in ran)
     together = verdict(setting, _named(spec, setting, swaps))
-    if together != HOLDS:
-        return False, f"on the release readings ({_cells(swaps.values())}) it {_verb(together)}"
+    if together != HOLDS or unreached:
+        return False, f"on the release readings ({_cells(swaps.values())}) it {_verb(together)}{unreached}"
     alone = [v for m, v in swaps.items() if verdict(setting, _named(spec, setting, {m: v})) == HOLDS]
     return True, (f"with {_cells(alone or swaps.values())} (the port{'s' * (len(alone or swaps) > 1)} on the release's "
                   f"readings) in place of the default{'s' * (len(alone or swaps) > 1)}, the claim holds")
 
 
-def hyperparameter_probe(setting: Setting, view: Setting, spec: ClaimSpec, verdict: Verdict) -> tuple[bool, str]:
+def hyperparameter_probe(setting: Setting, view: Setting, claim: Claim, spec: ClaimSpec, verdict: Verdict) -> tuple[bool, str]:
     """(whether the tuned picks explain the claim, the probe's line): the picks read on
     ``setting`` (every epoch, for the held-out selection), the claim on ``view`` (the
     claims' epoch rule) restricted to them."""
@@ -119,9 +132,12 @@ def hyperparameter_probe(setting: Setting, view: Setting, spec: ClaimSpec, verdi
     changed = [f"`{p.method}` at {rate_label(float(p.noise_rate))}: {p.changed}" for p in picks.itertuples(index=False)
                if p.trial and p.method in _methods(spec, setting)]
     what = f" ({'; '.join(changed)})" if changed else " (every pick of its methods is the defaults)"
-    if tuned == HOLDS:
+    picked = {(m, float(r)) for m, r in zip(picks.method, picks.noise_rate)}
+    rates = {r for _, r in picked}
+    unreached = _unreached(claim, lambda m, r: (m, float(r)) in picked or (m in setting.oracles and float(r) in rates))
+    if tuned == HOLDS and not unreached:
         return True, f"on the tuned picks{what} the claim holds"
-    return False, f"on the tuned picks{what} it {_verb(tuned)}"
+    return False, f"on the tuned picks{what} it {_verb(tuned)}{unreached}"
 
 
 def _methods(spec: ClaimSpec, setting: Setting) -> set[str]:
@@ -134,28 +150,44 @@ def _verb(verdict: str) -> str:
 
 
 def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tuple[bool, str] | None:
-    """The decomposition of the first failing check of a method against the baseline whose
-    replay ran; None where no failing check compares a method with the baseline."""
-    missing = []
+    """The decomposition of every failing check of a method against the baseline; it explains
+    the claim when each of them is explained (the kept set is worth nothing, or the other terms
+    lose what it is worth) and no other check fails; None where no failing check compares a
+    method with the baseline."""
+    parts, missing, others, explained = [], [], [], True
     for check in _failing(claim):
         plus = [t.method for t in check.terms if t.weight > 0]
         minus = [t.method for t in check.terms if t.weight < 0]
         if len(plus) != 1 or minus != [baseline]:
+            others.append(check.label)
             continue
         rate = check.terms[0].rate
         split = next((s for s in splits if s.method == plus[0] and abs(s.rate - rate) < 1e-9), None)
         if split is None:
             missing.append(f"`{plus[0]}` at {rate_label(rate)}")
             continue
-        parts = (f"`{split.method}` at {rate_label(rate)} keeps a set {format_number(split.purity, 1)}% clean; trained on it, `{baseline}` "
-                 f"moves {_points(split.filter)} ({split.filter.answer or 'no answer'}), its other terms {_points(split.other)} "
-                 f"({split.other.answer or 'no answer'})")
-        if split.filter.answer != BETTER:
-            return True, f"{parts}: its kept set is worth nothing to the baseline"
-        if split.other.answer == WORSE:
-            return True, f"{parts}: the kept set helps and the method's other terms lose it"
-        return False, parts
-    return (False, f"kept set: no replay of the kept set of {', '.join(dict.fromkeys(missing))}") if missing else None
+        line, why = _decomposed(split, rate, baseline)
+        parts.append(f"{line}: {why}" if why else line)
+        explained = explained and bool(why)
+    if len(others) == len(_failing(claim)):
+        return None
+    if missing:
+        parts.append(f"kept set: no replay of the kept set of {', '.join(dict.fromkeys(missing))}")
+    if others and explained and not missing:
+        parts.append(f"not decomposed (not against `{baseline}`): {', '.join(others)}")
+    return explained and not missing and not others, "; ".join(parts)
+
+
+def _decomposed(split: Split, rate: float, baseline: str) -> tuple[str, str]:
+    """One decomposition's line and what it explains (``""`` where it explains nothing)."""
+    line = (f"`{split.method}` at {rate_label(rate)} keeps a set {format_number(split.purity, 1)}% clean; trained on it, "
+            f"`{baseline}` moves {_points(split.filter)} ({split.filter.answer or 'no answer'}), its other terms "
+            f"{_points(split.other)} ({split.other.answer or 'no answer'})")
+    if split.filter.answer != BETTER:
+        return line, "its kept set is worth nothing to the baseline"
+    if split.other.answer == WORSE:
+        return line, "the kept set helps and the method's other terms lose it"
+    return line, ""
 
 
 def _points(check: Check) -> str:
@@ -172,29 +204,39 @@ def setting_probe(claim: Claim, calibration: Sequence[Calibration],
     """The setting's premise behind the claim's failing checks, at the noise rates they read:
     the room to win at each rate for recall (``room``: met or not, and the share the perfect
     filter wins back, :func:`~cirbench.report.analysis.verdicts.calibration.room_by_rate`), the
-    small-loss premise for purity and AUROC (from ``calibration``); a check at 0% has none."""
-    noisy = [c for c in _failing(claim) if any(t.rate > 0 for t in c.terms)]
+    small-loss premise for purity and AUROC (from ``calibration``); a check at 0% has none. It
+    explains the claim when every failing check reads a rate whose premise is missed."""
+    failing = _failing(claim)
+    noisy = [c for c in failing if any(t.rate > 0 for t in c.terms)]
     if not noisy:
         return False, "setting: its failing checks read 0% noise, where no premise of the setting applies"
-    parts, missed = [], False
-    for rate in sorted({t.rate for c in noisy if c.unit == "recall" for t in c.terms if t.rate > 0}):
-        met, share = room.get(rate, (None, float("nan")))
-        if met is None:
-            parts.append(f"room to win at {rate_label(rate)} not measured")
-            continue
-        target = f"{format_number(100 * ROOM_SHARE[rate], 0)}%" if rate in ROOM_SHARE else "?"
-        parts.append(f"room to win at {rate_label(rate)}: the perfect filter wins back {format_number(100 * share, 0)}% of "
-                     f"the baseline's loss (calibration target >= {target}): {'met' if met else 'missed'}")
-        missed = missed or not met
+    parts = [_room_words(rate, *room.get(rate, (None, float("nan"))))
+             for rate in sorted({t.rate for c in noisy if c.unit == "recall" for t in c.terms if t.rate > 0})]
+    premise = next((c for c in calibration if c.name == PREMISES["purity"]), None)
     if any(c.unit in PREMISES and c.unit != "recall" for c in noisy):
-        premise = next((c for c in calibration if c.name == PREMISES["purity"]), None)
-        if premise is None or premise.passed is None:
-            parts.append(f"{PREMISES['purity']} not measured")
-        else:
-            parts.append(f"{premise.name} {format_number(premise.value)} (target {premise.target}): "
-                         f"{'missed' if premise.passed is False else 'met'}")
-            missed = missed or premise.passed is False
-    return missed, ("the setting misses its premise: " if missed else "setting: ") + "; ".join(parts)
+        parts.append(f"{PREMISES['purity']} not measured" if premise is None or premise.passed is None else
+                     f"{premise.name} {format_number(premise.value)} (target {premise.target}): "
+                     f"{'missed' if premise.passed is False else 'met'}")
+
+    def missed(check: Check) -> bool:
+        if check.unit == "recall":
+            return any(room.get(t.rate, (None, 0.0))[0] is False for t in check.terms if t.rate > 0)
+        return check.unit in PREMISES and premise is not None and premise.passed is False
+
+    explained = [missed(c) for c in failing]
+    if any(explained) and not all(explained):
+        parts.append(f"it does not reach the failing check{'s' * (explained.count(False) > 1)} "
+                     f"{', '.join(c.label for c, e in zip(failing, explained) if not e)}")
+    return all(explained), ("the setting misses its premise: " if all(explained) else "setting: ") + "; ".join(parts)
+
+
+def _room_words(rate: float, met: bool | None, share: float) -> str:
+    """The room to win at ``rate`` as the setting probe prints it."""
+    if met is None:
+        return f"room to win at {rate_label(rate)} not measured"
+    target = f"{format_number(100 * ROOM_SHARE[rate], 0)}%" if rate in ROOM_SHARE else "?"
+    return (f"room to win at {rate_label(rate)}: the perfect filter wins back {format_number(100 * share, 0)}% of "
+            f"the baseline's loss (calibration target >= {target}): {'met' if met else 'missed'}")
 
 
 def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[ClaimSpec],
@@ -220,7 +262,7 @@ def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[Clai
     for number, claim, spec in failing:
         probes: list[tuple[str, tuple[bool, str] | None]] = [
             (PORT, port_probe(view, claim, spec, verdict)),
-            (HYPERPARAMETER, hyperparameter_probe(setting, view, spec, verdict)),
+            (HYPERPARAMETER, hyperparameter_probe(setting, view, claim, spec, verdict)),
             (KEPT_SET, kept_set_probe(claim, splits, setting.role(BASELINE))),
             (SETTING, setting_probe(claim, calibration, room)),
         ]
