@@ -109,6 +109,8 @@ def test_the_decomposition_says_whether_the_kept_set_or_the_other_terms_lose(fil
     assert found is explains and words in line and "27.0% clean" in line and "+2.0 points" in line
     assert kept_set_probe(_failing_claim("tme"), [split], "sprc") == (False, "kept set: no replay of the kept set of `tme` at 80%")
     assert kept_set_probe(_failing_claim("tme"), [split], "oracle") is None  # no check against the baseline
+    assert kept_set_probe(_failing_claim("hug"), [split], "sprc", frozenset({"hug"})) == (
+        False, "kept set: no replay of the kept set of `hug` at 80% (it keeps no set)")
 
 
 def test_the_setting_explains_a_claim_only_where_its_premise_is_missed_at_its_rates() -> None:

@@ -149,11 +149,12 @@ def _verb(verdict: str) -> str:
         verdict, f"is {verdict}")
 
 
-def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tuple[bool, str] | None:
+def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str,
+                   keeps_no_set: frozenset[str] = frozenset()) -> tuple[bool, str] | None:
     """The decomposition of every failing check of a method against the baseline; it explains
     the claim when each of them is explained (the kept set is worth nothing, or the other terms
     lose what it is worth) and no other check fails; None where no failing check compares a
-    method with the baseline."""
+    method with the baseline. ``keeps_no_set``: the methods that keep no set (nothing to replay)."""
     parts, missing, others, explained = [], [], [], True
     for check in _failing(claim):
         plus = [t.method for t in check.terms if t.weight > 0]
@@ -164,7 +165,8 @@ def kept_set_probe(claim: Claim, splits: Sequence[Split], baseline: str) -> tupl
         rate = check.terms[0].rate
         split = next((s for s in splits if s.method == plus[0] and abs(s.rate - rate) < 1e-9), None)
         if split is None:
-            missing.append(f"`{plus[0]}` at {rate_label(rate)}")
+            missing.append(f"`{plus[0]}` at {rate_label(rate)}" + (" (it keeps no set)" if plus[0] in keeps_no_set else
+                                                                  " (no noise to filter)" if rate == 0 else ""))
             continue
         line, why = _decomposed(split, rate, baseline)
         parts.append(f"{line}: {why}" if why else line)
@@ -258,12 +260,14 @@ def trace_claims(setting: Setting, claims: Sequence[Claim], specs: Sequence[Clai
         worth = kept_worth(setting, n_resamples, seed, rule)
         splits = worth.splits if worth else []
     calibration, room = calibration_checks(setting), room_by_rate(setting)
+    runs = setting.runs
+    keeps_no_set = frozenset(runs.loc[runs.partitions.eq(False), "method"]) if "partitions" in runs else frozenset()
     traces = []
     for number, claim, spec in failing:
         probes: list[tuple[str, tuple[bool, str] | None]] = [
             (PORT, port_probe(view, claim, spec, verdict)),
             (HYPERPARAMETER, hyperparameter_probe(setting, view, claim, spec, verdict)),
-            (KEPT_SET, kept_set_probe(claim, splits, setting.role(BASELINE))),
+            (KEPT_SET, kept_set_probe(claim, splits, setting.role(BASELINE), keeps_no_set)),
             (SETTING, setting_probe(claim, calibration, room)),
         ]
         ran = [(cause, found) for cause, found in probes if found is not None]
