@@ -84,7 +84,7 @@ def run_here(grid, jobs: int) -> list:
         resolve_jobs(jobs, grid.spec.device)
     except ValueError as exc:
         fail(str(exc))
-    with show.GridProgress(console) as progress:
+    with show.GridProgress(console, len(grid.pending())) as progress:
         return run(grid, jobs, progress)
 
 

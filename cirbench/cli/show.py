@@ -5,6 +5,7 @@ submitted jobs, a dataset's warnings). Every function prints to the console it i
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from rich.console import Console
@@ -34,15 +35,19 @@ def damaged(console: Console, event: Event) -> None:
 
 class GridProgress:
     """A rich progress display of a running grid: a line for the reference rows, then one
-    per cell (live while the cell trains here, updated when it ends in a worker process)."""
+    per cell (live while the cell trains here, updated when it ends in a worker process).
+    Where the console is not a terminal (a log file of a long study), where rich draws the
+    bars only once at the end, each cell that runs and ends also prints one line: how many
+    have ended of the ``pending`` cells, its outcome and the time since the grid began."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, pending: int | None = None) -> None:
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[status]}"), console=console,
         )
         self.tasks: dict[str, Any] = {}
         self.live: dict[str, dict[str, float]] = {}  # run id -> last loss and R@10 of a cell training here
+        self.began, self.ended, self.pending = time.monotonic(), 0, pending
 
     def __enter__(self) -> "GridProgress":
         self.progress.__enter__()
@@ -54,6 +59,18 @@ class GridProgress:
     def __call__(self, event: Event) -> None:
         """Show one runner event."""
         getattr(self, f"_{event.kind}")(event)
+        if event.kind == "done" and event.outcome.status != "skipped" and not self.progress.console.is_terminal:
+            self._log_done(event)
+
+    def _log_done(self, event: Event) -> None:
+        k, outcome = event.cell.key, event.outcome
+        self.ended += 1
+        minutes = (time.monotonic() - self.began) / 60
+        status = (f"completed, R@10 {format_number(headline_recall(outcome.final), 3)}" if outcome.status == "completed"
+                  else f"{outcome.status}: {outcome.error}")
+        of = self.pending if self.pending is not None else "?"
+        self._print(escape(f"[{self.ended}/{of}] {k.method} noise={k.noise_rate:g} seed={k.seed}: {status} "
+                           f"({int(minutes // 60)} h {int(minutes % 60):02d} min since the grid began)"))
 
     def _print(self, text: str) -> None:
         self.progress.console.print(text)
