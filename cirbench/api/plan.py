@@ -104,6 +104,8 @@ class GridPlan:
     pending: int
     rows: list[RowCost] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pending_labels: dict[str, str] = field(default_factory=dict)
+    """The row label of each pending cell, by run id (what :mod:`cirbench.api.pace` times)."""
 
     @property
     def pflop(self) -> float:
@@ -236,7 +238,8 @@ def plan_grid(where: str, grid: Grid, backbones: dict, announce: Callable[[str],
         rows.append(RowCost(label, per_label[label], spec.epochs, steps, first, last))
     setting = (f"{spec.dataset} / {spec.backbone} / {spec.noise_protocol} at {','.join(f'{r:g}' for r in spec.noise_rates)}, "
                f"seeds {','.join(map(str, spec.seeds))}, {spec.epochs} epochs, batch {spec.batch_size}")
-    return GridPlan(where, setting, len(grid.cells), len(grid.pending()), rows, notes)
+    pending = {cell.key.run_id: cell.key.method for cell in grid.pending() if not math.isnan(cell.key.noise_rate)}
+    return GridPlan(where, setting, len(grid.cells), len(grid.pending()), rows, notes, pending)
 
 
 def plan_study(path: Path | str, plugins: list[Path] | None = None,

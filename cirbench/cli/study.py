@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from cirbench.cli.grid import calibration_checks, print_summary, run_here, shown_grid, write_report
 from cirbench.cli.options import Opt, Plugins, console, fail
+from cirbench.results.metrics import format_number
 
 
 def study_runner(path: Path, jobs: int | None = None, plugin: list[Path] | None = None):
@@ -64,8 +65,10 @@ def run_study(path: Path, jobs: int | None = None, plugin: list[Path] | None = N
         fail(str(exc))
 
 
-def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
-    """``--plan``: every grid of the study checked and costed (:mod:`cirbench.api.plan`), nothing trained."""
+def print_plan(path: Path, plugin: list[Path], tflops: float, jobs: int | None = None) -> None:
+    """``--plan``: every grid of the study checked and costed (:mod:`cirbench.api.plan`), and
+    its pending cells timed at its results folder's measured pace (:mod:`cirbench.api.pace`),
+    nothing trained."""
     from rich.table import Table
 
     from cirbench.api.plan import PlanError, plan_study
@@ -94,6 +97,26 @@ def print_plan(path: Path, plugin: list[Path], tflops: float) -> None:
     console.print(f"{len(plans)} grids, {sum(p.cells for p in plans)} cells: {total:,.3f} PFLOP of training steps, "
                   f"{total * 1e3 / tflops / 3600:,.2f} hours at {tflops:g} TFLOP/s sustained (the tower's features, "
                   "evaluations and epoch-level passes come on top: docs/real-datasets.md)")
+    print_pace(path, plans, jobs)
+
+
+def print_pace(path: Path, plans: list, jobs: int | None) -> None:
+    """The line timing the pending cells at the results folder's measured pace, when it has one."""
+    from cirbench.api.pace import pace
+    from cirbench.engine.running.worker import default_jobs
+    from cirbench.settings.study import load_study
+
+    study = load_study(path)
+    measured = pace(study.output, plans)
+    if measured is None or not measured.pending:
+        return
+    at_once = jobs or study.jobs or default_jobs("cpu")
+    methods = ", ".join(f"{m} {format_number(s / 3600, 1)} h" for m, s in sorted(measured.by_method.items(), key=lambda x: -x[1]))
+    unmeasured = f"; {measured.unmeasured} at the median of every cell (no cell of their method done yet)" \
+        if measured.unmeasured else ""
+    console.print(escape(f"at this results folder's measured pace (each method's median completed cell): the "
+                         f"{measured.pending} pending cells take about {format_number(measured.hours(at_once), 1)} h, "
+                         f"{at_once} at a time (cell-hours: {methods}{unmeasured})"), soft_wrap=True)
 
 
 def study(
@@ -110,7 +133,7 @@ def study(
     a calibration target was missed or the report could not be built. With --plan, check and
     cost it instead."""
     if plan:
-        print_plan(path, list(plugin), tflops)
+        print_plan(path, list(plugin), tflops, jobs)
         return
     outcomes, met = run_study(path, jobs, list(plugin))
     if not met or any(o.status == "failed" for o in outcomes):
