@@ -436,6 +436,9 @@ def test_cli_run_with_report_builds_it_after_the_grid(small: Path, tmp_path: Pat
         def reference_cells(self) -> list:
             return []
 
+        def pending(self) -> list:
+            return []
+
     monkeypatch.setattr(grid_module, "Grid", DoneGrid)
     monkeypatch.setattr("cirbench.engine.running.runner.check_grid", lambda grid, announce: None)  # a fake grid: no plugins to check
     monkeypatch.setattr("cirbench.engine.running.runner.refuse_another_evaluation", lambda grid: None)  # nor a dataset to load
