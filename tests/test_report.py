@@ -20,6 +20,7 @@ from cirbench.engine.cell.recorder import purity_rows
 from cirbench.report import ReportError, build_report, load_results
 from cirbench.report.analysis.rankings.glance import answer_lines
 from cirbench.report.analysis.rankings.leaderboard import build_leaderboard
+from cirbench.report.analysis.loading.plans import PLANS_FOLDER, write_plan
 from cirbench.report.analysis.loading.numbers import CIRR_AVG, FIQ_AVG, flagged_shares, wide_columns
 from cirbench.report.render.table_text import to_html, to_markdown
 from cirbench.report.analysis.verdicts.claims import recall_judge
@@ -227,6 +228,40 @@ def test_a_variant_or_oracle_is_expected_only_at_its_own_rates(tmp_path: Path) -
     problems = load_results(tmp_path).problems
     # the ablation grid ran seeds 0-1 (its variants'), the headline 0-2: seed 2 of a variant was never planned
     assert problems[["method", "noise_rate", "seed"]].values.tolist() == [["robust:ablated", 0.2, 1]]
+
+
+def _write_cells(store: ResultsStore, cells: list[tuple[str, float, int]]) -> None:
+    for method, rate, seed in cells:
+        tables, n_noisy = _tables(method.split(":")[0], rate, seed)
+        row = _run_row(method, "completed") | {"n_noisy": n_noisy}
+        store.write_run(CellKey(f"{method}-{rate}-{seed}", method, "toy", "tiny", "thirds", rate, seed), row, tables)
+
+
+def test_a_study_plan_tells_two_grids_variants_apart(tmp_path: Path) -> None:
+    """``sprc:release`` on seeds 0-1 and ``sprc:fixed`` on seeds 0-2 (two grids of one base):
+    without a plan the runs alone expect the first at seed 2; with the study's plan, no cell is
+    missing but the one planned and never run, named with its study."""
+    store = ResultsStore(tmp_path)
+    _write_cells(store, [("sprc", 0.5, s) for s in range(3)] + [("sprc:release", 0.5, s) for s in range(2)]
+                 + [("sprc:fixed", 0.5, s) for s in range(3)])
+    guessed = load_results(tmp_path).problems
+    assert guessed[["method", "seed"]].values.tolist() == [["sprc:release", 2]]
+    planned = [CellKey("", m, "toy", "tiny", "thirds", 0.5, s) for m, seeds in (("sprc", 3), ("sprc:release", 2),
+                                                                                 ("sprc:fixed", 3), ("sprc:never", 1))
+               for s in range(seeds)]
+    write_plan(tmp_path, "committed", planned + [CellKey("", "zero_shot", "toy", "tiny", "thirds", float("nan"), 0)])
+    problems = load_results(tmp_path).problems
+    assert problems[["method", "noise_rate", "seed", "status", "error"]].values.tolist() == [
+        ["sprc:never", 0.5, 0, "missing", "never run (planned by committed)"]]
+
+
+def test_a_damaged_plan_file_is_named(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    _write_cells(store, [("sprc", 0.5, 0)])
+    (tmp_path / PLANS_FOLDER).mkdir()
+    (tmp_path / PLANS_FOLDER / "study.parquet").write_text("not parquet")
+    with pytest.raises(ReportError, match=r"study\.parquet: not a readable plan file"):
+        load_results(tmp_path)
 
 
 def test_a_perfect_filter_is_never_expected_at_no_noise(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from cirbench.cli.grid import calibrate_grid, sweep_grid, validated_grid
 from cirbench.cli.options import console
 from cirbench.api.study import study_grid
 from cirbench.cli.study import run_study
+from cirbench.report.analysis.loading.plans import read_plans
 from cirbench.settings.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,9 @@ def test_a_study_run_twice_skips_every_cell_the_second_time(tmp_path: Path, cach
     second, met = run_study(path, jobs=1)
     assert met and len(second) == len(first) == 9 and {o.status for o in second} == {"skipped"}
     assert [o.cell.key.run_id for o in second] == [o.cell.key.run_id for o in first]
+    plan = read_plans(tmp_path / "results")  # its cells, written before any ran, so a report knows what it meant to run
+    assert sorted(zip(plan.method, plan.noise_rate, plan.seed)) == [("sprc", 0.5, 0), ("sprc:trial1", 0.5, 0)]
+    assert set(plan.study) == {"small"}
 
 
 RANKED = ("sprc", "tme", "conesep", "hug", "habit", "intent", "ssn", "cala")

@@ -1,7 +1,8 @@
 """A study file run from Python, as ``cirbench study FILE`` runs it: every grid of the study
 (:mod:`cirbench.settings.study`) built as its command would build it from the same options and
-checked first, all of them, then run in order into one results folder (finished cells
-skipped, so a rerun resumes), a calibration grid's checks written after it, a sweep's tuned
+checked first, all of them, their cells written as the study's plan
+(:mod:`cirbench.report.analysis.loading.plans`), then run in order into one results folder
+(finished cells skipped, so a rerun resumes), a calibration grid's checks written after it, a sweep's tuned
 cells (``tuned_seeds``) planned from its results and run after it (:mod:`cirbench.api.tuned`),
 and the report built last. :class:`StudyRunner` does each step plainly; the command line subclasses it to
 show them."""
@@ -19,6 +20,7 @@ from cirbench.api.tuned import tuned_plan
 from cirbench.settings.config import parse_overrides
 from cirbench.engine.cell.life import CellOutcome
 from cirbench.engine.running.grid import Grid
+from cirbench.report.analysis.loading.plans import write_plan
 from cirbench.results.labels import rate_label
 from cirbench.settings.study import Study, StudyGrid, load_study
 
@@ -109,6 +111,7 @@ class StudyRunner:
             built = self.build(entry, study)
             self.check(built)
             grids.append((entry, built))
+        write_plan(study.output, Path(path).stem, [cell.key for _, built in grids for cell in built.cells])
         outcomes, met = [], True
         for entry, built in grids:
             done = self.run(entry, built, study.jobs if self.jobs is None else self.jobs)

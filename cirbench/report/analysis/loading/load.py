@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from cirbench.data.noise.injection import NOISE_PROTOCOLS
+from cirbench.report.analysis.loading.plans import PlanFileError, read_plans
 from cirbench.results.chance import judge_below_chance
 from cirbench.results.collapse import collapse_reason, final_recall
 from cirbench.results.labels import TEXT_ONLY_ROW, TRIAL_LABEL
@@ -224,14 +225,16 @@ def _last_line(error: object) -> str:
     return lines[-1] if lines else ""
 
 
-def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
+def _problems(runs: pd.DataFrame, kept: pd.DataFrame, planned: pd.DataFrame) -> pd.DataFrame:
     """Cells without a completed run: failed, interrupted or damaged ones with their error
     (a damaged run is listed even where an older run of the cell is intact), and the
     combinations of method x rate x seed of a setting that were never run at all. A method
     is expected at every noise rate of its setting; an ablation variant (``name:variant``)
     or a perfect filter only at the rates it was run at (an ablation grid runs at the
     paper's ablation rate, ``calibrate`` runs the perfect filter at 50% and 80%), at every
-    seed; a perfect filter never at 0% (there it is the baseline, ``Method.same_at_no_noise``)."""
+    seed; a perfect filter never at 0% (there it is the baseline, ``Method.same_at_no_noise``).
+    Every cell of a study's plan (``planned``, :mod:`~cirbench.report.analysis.loading.plans`)
+    is expected too, and a planned variant at its planned seeds alone."""
     columns = CELL_COLUMNS + ["status", "error", "run_id"]
     rows = []
     done = set(map(tuple, kept[CELL_COLUMNS].itertuples(index=False)))
@@ -250,18 +253,21 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
         swept = sweep_seeds(group)
         variants = group[group.method.str.contains(":") & ~group.method.str.fullmatch(TRIAL_LABEL.pattern)]
         ablation_seeds = variants.groupby(variants.method.str.split(":").str[0]).seed.unique()
+        plan = planned[(planned[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, setting)))).all(axis=1)]
         expected = [  # a sweep's trials, an ablation's variants at the seeds their grid ran (either may run fewer)
-            (method, rate, seed)
+            (method, rate, seed, "never run")
             for method, rows in group.groupby("method")
+            if not (method in own_rates_only and method in set(plan.method))  # a planned variant: its plan says
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
             for seed in _expected_seeds(method, float(rate), seeds, swept, ablation_seeds, rows)
             if not (method in oracles and rate == 0.0)
-        ]
-        for method, rate, seed in expected:
-            cell = (*setting, method, rate, seed)
+        ] + [(row.method, row.noise_rate, row.seed, f"never run (planned by {row.study})")
+             for row in plan.itertuples(index=False)]
+        for method, rate, seed, error in expected:
+            cell = (*setting, method, float(rate), int(seed))
             if cell not in done and cell not in seen:
                 seen.add(cell)
-                rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": "missing", "error": "never run", "run_id": ""})
+                rows.append({**dict(zip(CELL_COLUMNS, cell)), "status": "missing", "error": error, "run_id": ""})
     return pd.DataFrame(rows, columns=columns).sort_values(CELL_COLUMNS).reset_index(drop=True)
 
 
@@ -338,7 +344,11 @@ def load_results(root: Path | str) -> ReportData:
     reference_runs, runs = runs[is_reference], runs[~is_reference]
     completed = runs[runs.status == "completed"].sort_values("finished")
     kept = completed.drop_duplicates(CELL_COLUMNS, keep="last").reset_index(drop=True)
-    problems = _other_damage(_problems(runs, kept), damaged, runs, reference_runs)
+    try:
+        planned = read_plans(root)
+    except PlanFileError as exc:
+        raise ReportError(str(exc)) from None
+    problems = _other_damage(_problems(runs, kept, planned), damaged, runs, reference_runs)
     references = reference_runs[reference_runs.status == "completed"].sort_values("finished")
     references = references.drop_duplicates(SETTING_COLUMNS + ["method", "seed"], keep="last")
     tables = {name: store.read(name, [*kept.run_id, *references.run_id]) for name in DATA_TABLES}
