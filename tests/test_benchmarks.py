@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_study import SMALL
+
+from cirbench.api.study import run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -91,3 +94,18 @@ def test_pins_cost_prints_the_ratio_of_a_pinned_cell_to_an_unpinned_one(scripts,
     assert any(line.startswith("sprc 0.5 round 1 pinned:") and "pinned True" in line for line in out)
     assert any(line.startswith("sprc 0.5 round 1 unpinned:") and "pinned False" in line for line in out)
     assert any(line.startswith("sprc 0.5 pinned / unpinned: wall ") for line in out)
+
+
+def test_study_cost_prints_each_grids_measured_time(scripts, cache_dir: Path, tmp_path: Path, capsys,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small study (a run grid, then a two-trial sweep whose trial 0 is the run's cell): each
+    grid's cells, the new ones and their time, then the total of the distinct cells."""
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(output=tmp_path / "results", cache_dir=cache_dir))
+    run_study(path, jobs=1)
+    monkeypatch.chdir(tmp_path)
+    scripts("study_cost").main([str(path), "--at-once", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("grid 1 (run): 1 cells, 1 new, 1 finished: 0 h 0")
+    assert lines[1].startswith("grid 2 (sweep): 2 cells, 1 new, 1 finished")
+    assert lines[-1].startswith("total: 2 cells, 0 h 0")
