@@ -34,7 +34,7 @@ body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-s
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
 .subtitle { color: #555; }
 table.results, table.problems { border-collapse: collapse; margin: 0.6em 0 0.3em; font-size: 0.9em; }
-table.results th, table.results td, table.problems th, table.problems td { padding: 0.25em 0.7em; }
+table.results th, table.results td, table.problems th, table.problems td { padding: 0.25em 0.55em; }
 table.results th { border-bottom: 2px solid #333; text-align: right; }
 table.results td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.results td.method, table.results td.noise { text-align: left; }
