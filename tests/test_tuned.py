@@ -232,6 +232,22 @@ def test_the_claim_cells_set_each_method_at_each_temperature_side_by_side(settin
     assert len(means)
 
 
+def test_the_claim_cells_leave_out_a_rate_where_only_headline_cells_ran(tmp_path: Path) -> None:
+    """At 20% only ``ssn`` (SSN's temperature) and ``sprc`` (its own) ran: one cell in each row
+    and column compares nothing, so the table has no 20% rows."""
+    from cirbench.report.analysis.loading.selection import rule_view
+
+    root = tmp_path / "results"
+    write_tuned_study(root)
+    store = ResultsStore(root)
+    for label in ("ssn", "sprc"):
+        for seed in SEEDS:
+            write_cell(store, label, 0.2, seed, 0.5, 0.4, {})
+    (found,) = load_results(root).settings
+    (table,) = claim_cells_tables(rule_view(found, "holdout").setting)
+    assert [noise for noise, _, _ in table.rows if noise] == ["50%", "80%"]
+
+
 def test_the_temperature_claim_compares_the_methods_at_one_temperature_each(setting) -> None:
     from cirbench.report.analysis.verdicts.claims import paper_claims
 

@@ -1,11 +1,13 @@
 """A claim's cells side by side: for a claim whose file declares ``[claim.cells]``
 (:class:`~cirbench.report.analysis.verdicts.claim_files.CellsSpec`), one table of those cells, a row per
-declared row at each noise rate where any of them ran, a column per declared column, each the
+declared row at each noise rate where two of them ran in one row or one column, a column per declared column, each the
 headline mean ± std over seeds at the claims' epoch. The shipped claim on SSN's lead at 80%
 declares SSN and the baseline each at each other's temperature: the four cells whose two
 differences the claim checks (the SSN method page reads them)."""
 
 from __future__ import annotations
+
+import pandas as pd
 
 from cirbench.report.analysis.verdicts.claim_files import ClaimSpec
 from cirbench.report.analysis.verdicts.claims import setting_claims
@@ -23,6 +25,13 @@ def _filled(setting: Setting, label: str) -> str:
     return label
 
 
+def _compared(stats: pd.DataFrame, grid: list[tuple[str, list[str]]], rate: float) -> bool:
+    """Whether two of the declared cells that ran at ``rate`` share a row or a column (the
+    table compares something there, not a method's headline cell alone)."""
+    ran = [(i, j) for i, (_, row) in enumerate(grid) for j, label in enumerate(row) if (rate, label) in stats.index]
+    return any(a != b and (a[0] == b[0] or a[1] == b[1]) for a in ran for b in ran)
+
+
 def claim_cells_table(setting: Setting, number: int, spec: ClaimSpec) -> TableModel | None:
     """The cells of claim ``number`` (``spec``) side by side on ``setting`` (read as given:
     pass the claims' rule view); None where the claim declares none or none of them ran."""
@@ -34,8 +43,7 @@ def claim_cells_table(setting: Setting, number: int, spec: ClaimSpec) -> TableMo
         return None
     stats = summarize(setting, per_run[[metric]])
     grid = [(row[0], [_filled(setting, label) for label in row[1:]]) for row in spec.cells.rows]
-    labels = {label for _, row in grid for label in row}
-    rates = sorted({float(rate) for rate, method in stats.index if method in labels})
+    rates = [rate for rate in sorted({float(rate) for rate, _ in stats.index}) if _compared(stats, grid, rate)]
     if not rates:
         return None
     rows, shown, seeds = [], [], set()
@@ -55,7 +63,7 @@ def claim_cells_table(setting: Setting, number: int, spec: ClaimSpec) -> TableMo
     cells_named = "; ".join(f"{name}: " + ", ".join(f"`{label}`" for label in row) for name, row in grid)
     note = (f"The cells claim {number} reads, side by side (its file's `[claim.cells]`; {cells_named}, in the columns' "
             f"order): {metric} (%, {ON_VALIDATION}) {CLAIMS_EPOCH}, mean ± std over seeds "
-            f"{','.join(map(str, sorted(seeds)))}; - where a cell was not run. The claims table's comparisons are their "
+            f"{','.join(map(str, sorted(seeds)))}, at each noise rate where two of them ran in one row or column; - where a cell was not run. The claims table's comparisons are their "
             "differences, paired by seed." + collapse_note(setting, shown))
     title = f"Claim {number}'s cells side by side: {_filled(setting, spec.short or spec.text)}"
     return TableModel(title, list(spec.cells.columns), rows, note, read_seeds(setting, shown, per_run.index))
