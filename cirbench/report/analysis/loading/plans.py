@@ -1,7 +1,7 @@
 """A study's planned cells, kept in its results folder (``<results>/plans/<study>.parquet``)
 so that a report knows which cells the study meant to run: a results folder alone cannot
-tell two grids' variants of one method apart (``sprc:release`` on seeds 0-2 beside
-``sprc:fixed_temperature`` on seeds 0-4), nor see a grid none of whose cells ever ran.
+tell two grids' variants of one method apart (``<method>:release`` on seeds 0-2 beside an
+ablation ``<method>:<variant>`` on seeds 0-4), nor see a grid none of whose cells ever ran.
 ``cirbench study`` writes its plan before it runs a cell; the report lists every planned cell
 without a completed run as missing, and expects a planned variant at its planned seeds only."""
 
