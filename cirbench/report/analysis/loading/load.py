@@ -254,10 +254,11 @@ def _problems(runs: pd.DataFrame, kept: pd.DataFrame, planned: pd.DataFrame) -> 
         variants = group[group.method.str.contains(":") & ~group.method.str.fullmatch(TRIAL_LABEL.pattern)]
         ablation_seeds = variants.groupby(variants.method.str.split(":").str[0]).seed.unique()
         plan = planned[(planned[SETTING_COLUMNS] == pd.Series(dict(zip(SETTING_COLUMNS, setting)))).all(axis=1)]
+        planned_labels = set(plan.method)
         expected = [  # a sweep's trials, an ablation's variants at the seeds their grid ran (either may run fewer)
             (method, rate, seed, "never run")
             for method, rows in group.groupby("method")
-            if not (method in own_rates_only and method in set(plan.method))  # a planned variant: its plan says
+            if not (method in own_rates_only and method in planned_labels)  # a planned variant: its plan says
             for rate in (sorted(rows.noise_rate.unique()) if method in own_rates_only else all_rates)
             for seed in _expected_seeds(method, float(rate), seeds, swept, ablation_seeds, rows)
             if not (method in oracles and rate == 0.0)

@@ -7,7 +7,9 @@ without a completed run as missing, and expects a planned variant at its planned
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +18,8 @@ from cirbench.results.atomic import atomic_write_parquet
 from cirbench.results.store import CellKey
 
 PLANS_FOLDER = "plans"
-PLAN_COLUMNS: list[str] = ["dataset", "backbone", "noise_protocol", "method", "noise_rate", "seed", "study"]
+PLAN_COLUMNS: list[str] = [f.name for f in fields(CellKey) if f.name != "run_id"] + ["study"]
+"""A cell's key (without its run id, which a later config may change) and the study that planned it."""
 
 
 class PlanFileError(ValueError):
@@ -26,12 +29,10 @@ class PlanFileError(ValueError):
 def write_plan(results: Path | str, study: str, keys: Iterable[CellKey]) -> Path:
     """Write the cells ``keys`` (reference rows, without a noise rate, left out) as the plan of
     the study named ``study`` under ``results``, replacing its earlier plan; the file's path."""
-    rows = [{"dataset": k.dataset, "backbone": k.backbone, "noise_protocol": k.noise_protocol, "method": k.method,
-             "noise_rate": float(k.noise_rate), "seed": int(k.seed), "study": study}
-            for k in keys if k.noise_rate == k.noise_rate]
+    rows = [{**asdict(k), "study": study} for k in keys if not math.isnan(k.noise_rate)]
     path = Path(results) / PLANS_FOLDER / f"{study}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_parquet(pd.DataFrame(rows, columns=PLAN_COLUMNS).drop_duplicates(), path)
+    atomic_write_parquet(pd.DataFrame(rows, columns=PLAN_COLUMNS).astype({"noise_rate": float, "seed": int}).drop_duplicates(), path)
     return path
 
 
